@@ -1,0 +1,20 @@
+# Every third-party library Kiln links, all from Debian 12 (scripts/install-deps installs them).
+# Each one gets a line in docs/ARCHITECTURE.md saying why it is here.
+find_package(Threads REQUIRED)
+find_package(PkgConfig REQUIRED)
+find_package(fmt REQUIRED)
+find_package(spdlog REQUIRED)
+find_package(nlohmann_json REQUIRED)
+find_package(yaml-cpp REQUIRED)
+find_package(CLI11 REQUIRED)
+find_package(prometheus-cpp REQUIRED COMPONENTS core)
+pkg_check_modules(HTTPLIB REQUIRED IMPORTED_TARGET cpp-httplib)
+pkg_check_modules(XXHASH REQUIRED IMPORTED_TARGET libxxhash)
+find_package(OpenSSL REQUIRED)
+
+if(KILN_BUILD_TESTS)
+  find_package(GTest REQUIRED)
+endif()
+
+message(STATUS "kiln: fmt ${fmt_VERSION}, spdlog ${spdlog_VERSION}, yaml-cpp ${yaml-cpp_VERSION}, "
+               "cpp-httplib ${HTTPLIB_VERSION}, xxhash ${XXHASH_VERSION}")

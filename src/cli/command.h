@@ -1,0 +1,47 @@
+// The shape every `kiln` subcommand shares. A subcommand file defines one Add<Name>Command that
+// registers its flags on a CLI11 sub-app and returns what to run once parsing succeeded. The run
+// function turns flags into library calls and returns the process exit code; library code never
+// exits.
+#ifndef KILN_CLI_COMMAND_H_
+#define KILN_CLI_COMMAND_H_
+
+#include <kiln/base/log.h>
+
+#include <CLI/CLI.hpp>
+
+#include <functional>
+#include <memory>
+#include <string>
+
+namespace kiln::cli {
+
+// Flags every subcommand accepts (they are registered on the top-level app).
+struct GlobalOptions {
+  std::string log_level = "info";
+  std::string log_file;  // empty: stderr
+};
+
+// Exit codes shared by all subcommands.
+inline constexpr int kExitOk = 0;
+inline constexpr int kExitFailure = 1;   // the operation failed (peer lost, checksum, ...)
+inline constexpr int kExitBadInput = 2;  // flags, config or input files are wrong
+
+struct Command {
+  CLI::App* app = nullptr;
+  std::function<int(const GlobalOptions&)> run;
+};
+
+Command add_version_command(CLI::App& parent);
+Command add_facts_command(CLI::App& parent);
+Command add_agent_command(CLI::App& parent);
+
+// Opens the log sink the global flags ask for. On failure prints the error to stderr and returns
+// null; the caller exits with kExitBadInput.
+std::shared_ptr<LogSink> open_log_sink(const GlobalOptions& options);
+
+// Prints `status` as "kiln <command>: <message>" to stderr and returns the exit code for it.
+int report_error(const std::string& command, const Status& status);
+
+}  // namespace kiln::cli
+
+#endif  // KILN_CLI_COMMAND_H_

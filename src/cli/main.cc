@@ -1,0 +1,40 @@
+// The `kiln` binary: parses the command line and hands over to one subcommand.
+//
+// Thin on purpose: each subcommand's flags live in its own cmd_<name>.cc and everything it does
+// lives in a library.
+#include <iostream>
+#include <vector>
+
+#include "cli/command.h"
+
+int main(int argc, char** argv) {
+  using kiln::cli::Command;
+  CLI::App app{
+      "Kiln: infrastructure for training large models across many machines.\n"
+      "Run `kiln <command> --help` for a command's flags.",
+      "kiln"};
+  app.require_subcommand(1);
+  app.fallthrough();  // global flags may also follow the subcommand
+  kiln::cli::GlobalOptions globals;
+  app.add_option("--log-level", globals.log_level, "debug, info, warn, error or off")
+      ->capture_default_str();
+  app.add_option("--log-file", globals.log_file, "append JSON-line logs here (default: stderr)");
+
+  std::vector<Command> commands = {
+      kiln::cli::add_version_command(app),
+      kiln::cli::add_facts_command(app),
+      kiln::cli::add_agent_command(app),
+  };
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    // --help and --version are "errors" with exit code 0; real parse errors are bad input.
+    const int printed = app.exit(e);
+    return printed == 0 ? kiln::cli::kExitOk : kiln::cli::kExitBadInput;
+  }
+  for (const Command& command : commands) {
+    if (command.app->parsed()) return command.run(globals);
+  }
+  std::cerr << app.help();
+  return kiln::cli::kExitBadInput;
+}
