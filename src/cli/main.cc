@@ -24,6 +24,7 @@ int main(int argc, char** argv) {
       kiln::cli::add_version_command(app),
       kiln::cli::add_facts_command(app),
       kiln::cli::add_agent_command(app),
+      kiln::cli::add_store_command(app),
   };
   try {
     app.parse(argc, argv);

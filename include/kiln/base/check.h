@@ -55,10 +55,11 @@ std::optional<std::string> check_op(const A& a, const B& b, Op op) {
 
 // Each operand is evaluated exactly once. The loop body runs at most once: CheckFailure's
 // destructor does not return.
-#define KILN_CHECK_OP_(a, b, op)                                                 \
-  while (auto kiln_check_operands_ = ::kiln::internal::check_op(                 \
-             (a), (b), [](const auto& x, const auto& y) { return x op y; }))     \
-  ::kiln::internal::CheckFailure(__FILE__, __LINE__, #a " " #op " " #b).stream() \
+#define KILN_CHECK_OP_(a, b, op)                                                                   \
+  while (auto kiln_check_operands_ = ::kiln::internal::check_op(                                   \
+             (a), (b),                                                                             \
+             [](const auto& kiln_lhs_, const auto& kiln_rhs_) { return kiln_lhs_ op kiln_rhs_; })) \
+  ::kiln::internal::CheckFailure(__FILE__, __LINE__, #a " " #op " " #b).stream()                   \
       << *kiln_check_operands_
 
 #define KILN_CHECK_EQ(a, b) KILN_CHECK_OP_(a, b, ==)

@@ -82,6 +82,9 @@ struct StoreServerOptions {
   std::string token;  // required; clients must prove they hold it
   size_t clients_max = 4096;
   size_t keys_max = 1 << 20;
+  // Keys and values together. A 4096-rank job publishes a few MiB of addresses and labels; 1 GiB
+  // leaves room for hundreds of such jobs and bounds what a runaway client can make us hold.
+  size_t bytes_max = size_t{1} << 30;
   int64_t handshake_timeout_ms = 10'000;  // a client that does not finish the handshake is dropped
 };
 
