@@ -6,6 +6,8 @@
 #include <fstream>
 #include <string>
 
+#include "base/testing/temp_path.h"
+
 namespace kiln {
 namespace {
 
@@ -168,7 +170,7 @@ TEST(ConfigTest, EmptyDocumentIsAnEmptyMapping) {
 }
 
 TEST(ConfigTest, LoadFileReadsFromDiskAndNamesMissingFiles) {
-  const std::string path = ::testing::TempDir() + "/kiln_config_test.yaml";
+  const std::string path = kiln::testing::unique_temp_path("config.yaml");
   {
     std::ofstream out(path);
     out << "model:\n  n_layer: 3\n  n_layers: 4\n";

@@ -9,6 +9,8 @@
 #include <string>
 #include <vector>
 
+#include "base/testing/temp_path.h"
+
 namespace kiln {
 namespace {
 
@@ -86,7 +88,7 @@ TEST(LogTest, ParsesLevelNames) {
 
 TEST(LogTest, OpenFailsNamingAnUnwritablePath) {
   // A regular file where a directory should be: no amount of mkdir makes this writable.
-  const std::string blocker = ::testing::TempDir() + "/kiln_log_test_blocker";
+  const std::string blocker = kiln::testing::unique_temp_path("blocker");
   std::ofstream(blocker) << "not a directory";
   LogOptions options;
   options.file_path = blocker + "/kiln.log";
@@ -98,7 +100,7 @@ TEST(LogTest, OpenFailsNamingAnUnwritablePath) {
 }
 
 TEST(LogTest, FileSinkAppendsCompleteLines) {
-  const std::string path = ::testing::TempDir() + "/kiln_log_test_append.log";
+  const std::string path = kiln::testing::unique_temp_path("append.log");
   std::remove(path.c_str());
   for (int run = 0; run < 2; ++run) {
     LogOptions options;

@@ -8,11 +8,13 @@
 #include <fstream>
 #include <thread>
 
+#include "base/testing/temp_path.h"
+
 namespace kiln::preflight {
 namespace {
 
 std::string write_config(const std::string& text) {
-  const std::string path = ::testing::TempDir() + "/kiln_agent_test.yaml";
+  const std::string path = kiln::testing::unique_temp_path("agent.yaml");
   std::ofstream(path) << text;
   return path;
 }

@@ -5,13 +5,14 @@
 #include <cstdio>
 #include <fstream>
 
+#include "base/testing/temp_path.h"
 #include "preflight/proc_files.h"
 
 namespace kiln::preflight {
 namespace {
 
 std::string write_temp(const std::string& name, const std::string& text) {
-  const std::string path = ::testing::TempDir() + "/" + name;
+  const std::string path = kiln::testing::unique_temp_path(name);
   std::ofstream(path) << text;
   return path;
 }
