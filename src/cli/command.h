@@ -35,10 +35,17 @@ Command add_version_command(CLI::App& parent);
 Command add_facts_command(CLI::App& parent);
 Command add_agent_command(CLI::App& parent);
 Command add_store_command(CLI::App& parent);
+Command add_comm_bench_command(CLI::App& parent);
 
 // Opens the log sink the global flags ask for. On failure prints the error to stderr and returns
 // null; the caller exits with kExitBadInput.
 std::shared_ptr<LogSink> open_log_sink(const GlobalOptions& options);
+
+// Parses a byte count with an optional binary suffix: "8", "4K", "1M", "64M", "2G".
+Result<size_t> parse_bytes(const std::string& text);
+
+// The absolute path of the running kiln binary, for launching ranks of itself.
+std::string self_executable();
 
 // Prints `status` as "kiln <command>: <message>" to stderr and returns the exit code for it.
 int report_error(const std::string& command, const Status& status);

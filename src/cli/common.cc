@@ -1,4 +1,9 @@
 // Helpers shared by the subcommands. See command.h.
+#include <unistd.h>
+
+#include <cctype>
+#include <climits>
+#include <cstdint>
 #include <iostream>
 
 #include "cli/command.h"
@@ -20,6 +25,41 @@ std::shared_ptr<LogSink> open_log_sink(const GlobalOptions& options) {
     return nullptr;
   }
   return *sink;
+}
+
+Result<size_t> parse_bytes(const std::string& text) {
+  size_t digits = 0;
+  while (digits < text.size() && std::isdigit(static_cast<unsigned char>(text[digits])))
+    ++digits;
+  if (digits == 0) return Status::invalid_argument("'" + text + "' is not a byte count");
+  size_t value = 0;
+  for (size_t i = 0; i < digits; ++i) {
+    if (value > (SIZE_MAX - 9) / 10) return Status::invalid_argument("'" + text + "' overflows");
+    value = value * 10 + static_cast<size_t>(text[i] - '0');
+  }
+  const std::string suffix = text.substr(digits);
+  int shift = 0;
+  if (suffix == "K" || suffix == "KiB")
+    shift = 10;
+  else if (suffix == "M" || suffix == "MiB")
+    shift = 20;
+  else if (suffix == "G" || suffix == "GiB")
+    shift = 30;
+  else if (!suffix.empty() && suffix != "B") {
+    return Status::invalid_argument("'" + text + "': unknown suffix (use K, M or G)");
+  }
+  if (shift > 0 && value > (SIZE_MAX >> shift)) {
+    return Status::invalid_argument("'" + text + "' overflows");
+  }
+  return value << shift;
+}
+
+std::string self_executable() {
+  char path[PATH_MAX];
+  const ssize_t n = readlink("/proc/self/exe", path, sizeof(path) - 1);
+  if (n <= 0) return "kiln";
+  path[n] = '\0';
+  return path;
 }
 
 int report_error(const std::string& command, const Status& status) {

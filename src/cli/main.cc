@@ -21,10 +21,9 @@ int main(int argc, char** argv) {
   app.add_option("--log-file", globals.log_file, "append JSON-line logs here (default: stderr)");
 
   std::vector<Command> commands = {
-      kiln::cli::add_version_command(app),
-      kiln::cli::add_facts_command(app),
-      kiln::cli::add_agent_command(app),
-      kiln::cli::add_store_command(app),
+      kiln::cli::add_version_command(app),    kiln::cli::add_facts_command(app),
+      kiln::cli::add_agent_command(app),      kiln::cli::add_store_command(app),
+      kiln::cli::add_comm_bench_command(app),
   };
   try {
     app.parse(argc, argv);

@@ -8,7 +8,10 @@
 
 #include <signal.h>
 
+#include <atomic>
 #include <cstdint>
+#include <functional>
+#include <thread>
 
 namespace kiln::cli {
 
@@ -20,6 +23,26 @@ class TerminationSignals {
 
  private:
   sigset_t set_;
+};
+
+// SIGUSR1 as a request ("dump your flight recorder"), handled on a thread of its own.
+// The constructor blocks SIGUSR1 in the calling thread (construct it in main() before any thread
+// starts, so every thread inherits the mask); start() then runs `handler` on a helper thread each
+// time the signal arrives, until destruction.
+class UserSignalThread {
+ public:
+  UserSignalThread();
+  ~UserSignalThread();
+  UserSignalThread(const UserSignalThread&) = delete;
+  UserSignalThread& operator=(const UserSignalThread&) = delete;
+
+  // REQUIRES: called at most once.
+  void start(std::function<void()> handler);
+
+ private:
+  sigset_t set_;
+  std::atomic<bool> stop_{false};
+  std::thread thread_;
 };
 
 }  // namespace kiln::cli

@@ -1,0 +1,260 @@
+// `kiln comm-bench`: benchmark a collective across N local ranks (child processes it starts),
+// checking the result of every op. One line per size; with --json one JSON object per line:
+//   {"op","bytes","ranks","transport","dtype","in_place","iters","time_us","algbw_GBps",
+//    "busbw_GBps","correct"}
+// When a rank dies or an op fails, it exits non-zero and says which rank failed.
+//
+// The same subcommand with --worker is what each rank runs (the launcher adds it).
+#include <kiln/comm/bench.h>
+#include <kiln/comm/bootstrap.h>
+#include <kiln/comm/communicator.h>
+#include <kiln/comm/local_launcher.h>
+#include <kiln/comm/store.h>
+
+#include <cstdio>
+#include <iostream>
+
+#include "cli/command.h"
+#include "cli/signals.h"
+
+namespace kiln::cli {
+namespace {
+
+struct CommBenchFlags {
+  std::string op = "allreduce";
+  int ranks = 2;
+  std::string transport = "shm";
+  std::string min_bytes = "8";
+  std::string max_bytes = "64M";
+  int iters = 20;
+  int warmup = 5;
+  std::string dtype = "f32";
+  std::string reduce = "sum";
+  bool in_place = false;
+  int64_t timeout_ms = 30'000;
+  int hosts = 0;  // fake hosts (0: all ranks on this host)
+  std::string algorithm = "auto";
+  int tcp_connections = 1;
+  std::string iface;
+  std::string flight_recorder_dir;
+  bool json = false;
+  bool worker = false;
+};
+
+Result<comm::OpKind> parse_op(const std::string& name) {
+  for (int k = 0; k <= static_cast<int>(comm::OpKind::kRecv); ++k) {
+    const auto kind = static_cast<comm::OpKind>(k);
+    if (comm::op_kind_name(kind) == name) return kind;
+  }
+  return Status::invalid_argument("--op: unknown op '" + name + "'");
+}
+
+// The arguments a rank runs with: ours, plus --worker.
+std::vector<std::string> worker_argv(const CommBenchFlags& f, const GlobalOptions& g) {
+  std::vector<std::string> argv = {self_executable(), "--log-level", g.log_level};
+  if (!g.log_file.empty()) argv.insert(argv.end(), {"--log-file", g.log_file});
+  argv.insert(argv.end(), {"comm-bench",
+                           "--worker",
+                           "--op",
+                           f.op,
+                           "--ranks",
+                           std::to_string(f.ranks),
+                           "--transport",
+                           f.transport,
+                           "--min-bytes",
+                           f.min_bytes,
+                           "--max-bytes",
+                           f.max_bytes,
+                           "--iters",
+                           std::to_string(f.iters),
+                           "--warmup",
+                           std::to_string(f.warmup),
+                           "--dtype",
+                           f.dtype,
+                           "--reduce",
+                           f.reduce,
+                           "--timeout-ms",
+                           std::to_string(f.timeout_ms),
+                           "--algorithm",
+                           f.algorithm,
+                           "--tcp-connections",
+                           std::to_string(f.tcp_connections)});
+  if (f.in_place) argv.push_back("--in-place");
+  if (f.json) argv.push_back("--json");
+  if (!f.iface.empty()) argv.insert(argv.end(), {"--iface", f.iface});
+  if (!f.flight_recorder_dir.empty()) {
+    argv.insert(argv.end(), {"--flight-recorder-dir", f.flight_recorder_dir});
+  }
+  return argv;
+}
+
+void print_row(const comm::BenchRow& row, bool json) {
+  if (json) {
+    std::cout << comm::bench_row_json(row) << std::endl;
+    return;
+  }
+  char line[160];
+  std::snprintf(line, sizeof(line), "%12zu %12.2f %10.3f %10.3f  %s", row.bytes, row.time_us,
+                row.algbw_GBps, row.busbw_GBps, row.correct ? "ok" : "WRONG");
+  std::cout << line << std::endl;
+}
+
+int run_worker(const CommBenchFlags& f, const GlobalOptions& g) {
+  UserSignalThread dump_signal;  // before any thread: SIGUSR1 must stay blocked in all of them
+  std::shared_ptr<LogSink> sink = open_log_sink(g);
+  if (!sink) return kExitBadInput;
+  Result<comm::RankEnvironment> env = comm::rank_environment_from_process();
+  if (!env.ok()) return report_error("comm-bench", env.status());
+  Logger log(sink, "comm-bench.rank" + std::to_string(env->rank));
+  comm::StoreClientOptions store_options;
+  store_options.address = env->store_address;
+  store_options.token = env->job_token;
+  Result<std::unique_ptr<comm::Store>> store = comm::connect_tcp_store(store_options);
+  if (!store.ok()) return report_error("comm-bench", store.status());
+
+  comm::CommOptions o;
+  o.rank = env->rank;
+  o.world_size = env->world_size;
+  o.host = env->host;
+  o.topology = env->topology;
+  o.transport = f.transport == "tcp" ? comm::TransportPolicy::kTcp : comm::TransportPolicy::kAuto;
+  o.timeout_ms = f.timeout_ms;
+  o.job_token = env->job_token;
+  o.store_prefix = "comm-bench";
+  o.tcp_interface = f.iface;
+  o.tcp_connections_per_peer = f.tcp_connections;
+  o.flight_recorder_dir = f.flight_recorder_dir;
+  Result<comm::Algorithm> algorithm = comm::parse_algorithm(f.algorithm);
+  if (!algorithm.ok()) return report_error("comm-bench", algorithm.status());
+  o.allreduce_algorithm = *algorithm;
+  Result<std::unique_ptr<comm::Communicator>> c = comm::Communicator::create(o, store->get(), log);
+  if (!c.ok()) return report_error("comm-bench", c.status());
+  comm::Communicator& comm = **c;
+  dump_signal.start([&comm, &f, &log] {
+    if (!f.flight_recorder_dir.empty()) {
+      Result<std::string> path =
+          comm.flight_recorder().dump_to_dir(f.flight_recorder_dir, "SIGUSR1");
+      log.warn("flight recorder dumped on SIGUSR1",
+               {{"path", path.ok() ? *path : path.status().to_string()}});
+    } else {
+      std::cerr << comm.flight_recorder().dump_json("SIGUSR1") << std::endl;
+    }
+  });
+
+  comm::BenchOptions b;
+  Result<comm::OpKind> op = parse_op(f.op);
+  Result<comm::DataType> dtype = comm::parse_dtype(f.dtype);
+  Result<comm::ReduceOp> reduce = comm::parse_reduce_op(f.reduce);
+  Result<size_t> min_bytes = parse_bytes(f.min_bytes);
+  Result<size_t> max_bytes = parse_bytes(f.max_bytes);
+  for (const Status& s :
+       {op.status(), dtype.status(), reduce.status(), min_bytes.status(), max_bytes.status()}) {
+    if (!s.ok()) return report_error("comm-bench", s);
+  }
+  b.op = *op;
+  b.dtype = *dtype;
+  b.reduce = *reduce;
+  b.min_bytes = *min_bytes;
+  b.max_bytes = *max_bytes;
+  b.iters = f.iters;
+  b.warmup = f.warmup;
+  b.in_place = f.in_place;
+  b.transport_name = f.transport;
+  const bool printer = env->rank == 0;
+  if (printer && !f.json) {
+    std::cout << "# " << f.op << " " << f.dtype << " " << f.reduce << ", " << f.ranks << " ranks, "
+              << f.transport << (f.in_place ? ", in place" : ", out of place")
+              << "\n#        bytes      time_us  algbw_GB/s  busbw_GB/s  check" << std::endl;
+  }
+  Result<std::vector<comm::BenchRow>> rows =
+      comm::run_comm_bench(comm, b, [&](const comm::BenchRow& row) {
+        if (printer) print_row(row, f.json);
+      });
+  if (!rows.ok()) {
+    log.error("benchmark failed", {{"error", rows.status().to_string()}});
+    return report_error("comm-bench rank " + std::to_string(env->rank), rows.status());
+  }
+  for (const comm::BenchRow& row : *rows) {
+    if (!row.correct) {
+      return report_error("comm-bench", Status::corruption("wrong results at " +
+                                                           std::to_string(row.bytes) + " bytes"));
+    }
+  }
+  return kExitOk;
+}
+
+int run_launcher(const CommBenchFlags& f, const GlobalOptions& g) {
+  std::shared_ptr<LogSink> sink = open_log_sink(g);
+  if (!sink) return kExitBadInput;
+  Logger log(sink, "comm-bench");
+  comm::LaunchOptions launch;
+  launch.world_size = f.ranks;
+  launch.argv = worker_argv(f, g);
+  for (int h = 0; h < f.hosts; ++h)
+    launch.hosts.push_back("host" + std::to_string(h));
+  launch.grace_ms = std::min<int64_t>(f.timeout_ms, 5'000);
+  Result<std::unique_ptr<comm::LocalJob>> job = comm::LocalJob::start(launch, log);
+  if (!job.ok()) return report_error("comm-bench", job.status());
+  // Generous: a sweep to 64 MiB with many iterations takes a while on two cores.
+  Result<comm::JobResult> result = (*job)->wait(/*timeout_ms=*/3'600'000);
+  if (!result.ok()) return report_error("comm-bench", result.status());
+  if (!result->ok()) {
+    const comm::RankExit& first = result->ranks[result->first_failed];
+    std::cerr << "kiln comm-bench: " << first.describe() << std::endl;
+    for (const comm::RankExit& e : result->ranks) {
+      if (&e != &first && !e.ok()) std::cerr << "  then " << e.describe() << std::endl;
+    }
+    return kExitFailure;
+  }
+  return kExitOk;
+}
+
+}  // namespace
+
+Command add_comm_bench_command(CLI::App& parent) {
+  auto f = std::make_shared<CommBenchFlags>();
+  CLI::App* app = parent.add_subcommand(
+      "comm-bench", "Benchmark a collective across N local ranks, checking every result");
+  app->add_option("--op", f->op,
+                  "allreduce, reduce_scatter, allgather, broadcast, reduce, all_to_all")
+      ->capture_default_str();
+  app->add_option("--ranks", f->ranks, "ranks to start")
+      ->check(CLI::Range(1, 1024))
+      ->capture_default_str();
+  app->add_option("--transport", f->transport, "shm (shared memory within a host) or tcp")
+      ->check(CLI::IsMember({"shm", "tcp"}))
+      ->capture_default_str();
+  app->add_option("--min-bytes", f->min_bytes, "smallest size (suffixes K, M, G)")
+      ->capture_default_str();
+  app->add_option("--max-bytes", f->max_bytes, "largest size; sizes double")->capture_default_str();
+  app->add_option("--iters", f->iters, "timed ops per size")
+      ->check(CLI::Range(1, 1'000'000))
+      ->capture_default_str();
+  app->add_option("--warmup", f->warmup, "untimed ops per size first")
+      ->check(CLI::Range(0, 1'000'000))
+      ->capture_default_str();
+  app->add_option("--dtype", f->dtype, "f32, f64, bf16, i32, i64")->capture_default_str();
+  app->add_option("--reduce", f->reduce, "sum, min, max, avg")->capture_default_str();
+  app->add_flag("--in-place", f->in_place, "result overwrites the input");
+  app->add_option("--timeout-ms", f->timeout_ms, "deadline of every op")
+      ->check(CLI::Range(int64_t{1}, int64_t{86'400'000}))
+      ->capture_default_str();
+  app->add_option("--hosts", f->hosts, "spread ranks over this many fake hosts (TCP between them)")
+      ->check(CLI::Range(0, 1024));
+  app->add_option("--algorithm", f->algorithm, "allreduce: auto, ring, rd, hier")
+      ->capture_default_str();
+  app->add_option("--tcp-connections", f->tcp_connections, "TCP connections per peer")
+      ->check(CLI::Range(1, 8))
+      ->capture_default_str();
+  app->add_option("--iface", f->iface, "TCP interface name or address");
+  app->add_option("--flight-recorder-dir", f->flight_recorder_dir,
+                  "dump flight recorders here on failure or SIGUSR1");
+  app->add_flag("--json", f->json, "one JSON object per line");
+  app->add_flag("--worker", f->worker, "run as one rank (the launcher adds this)")
+      ->group("");  // hidden from --help
+  return {app, [f](const GlobalOptions& g) {
+            return f->worker ? run_worker(*f, g) : run_launcher(*f, g);
+          }};
+}
+
+}  // namespace kiln::cli

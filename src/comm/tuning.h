@@ -1,0 +1,43 @@
+// Tuning: which algorithm an op uses, from a cost model of its size, the group size and the
+// transport (NCCL's tuning.cc idea, much smaller). Kept apart from the algorithms so that the
+// choice can be tested and overridden (CommOptions::allreduce_algorithm) without touching them.
+//
+// The model, per step: alpha (latency) + bytes * beta (moving them) + reduced bytes * gamma
+// (the reduction pass over memory). Ring allreduce takes 2(n-1) steps of bytes/n and reduces
+// (n-1)/n of the buffer; recursive doubling takes ceil(log2 n) steps of the whole buffer (two more
+// when n is not a power of two) and reduces all of it at every step.
+#ifndef KILN_COMM_TUNING_H_
+#define KILN_COMM_TUNING_H_
+
+#include <cstddef>
+
+#include <kiln/comm/communicator.h>
+
+namespace kiln::comm {
+
+struct LinkCost {
+  double alpha_us = 0;           // per message hand-off
+  double beta_us_per_byte = 0;   // moving bytes across the link
+  double gamma_us_per_byte = 0;  // one reduction pass (read two, write one)
+};
+
+// Measured on the reference machine (2 vCPU EPYC VM): a shared-memory hand-off ~0.3 us and
+// ~10 GB/s per direction; loopback TCP ~20 us per message and ~2.5 GB/s; the reduction pass
+// ~10 GB/s. Re-measure with bench/comm/run when moving to other hardware.
+LinkCost shm_link_cost();
+LinkCost tcp_link_cost();
+
+double ring_allreduce_cost_us(size_t bytes, int n, const LinkCost& c);
+double recursive_doubling_allreduce_cost_us(size_t bytes, int n, const LinkCost& c);
+
+// Ring or recursive doubling, whichever the model says is faster (ties go to the ring).
+Algorithm choose_allreduce(size_t bytes, int n, const LinkCost& c);
+
+// Broadcast and reduce use a binomial tree up to this size and a pipelined chain beyond.
+// The tree's log2(n) hops beat the chain's n-1 only while the message is small; 64 KiB is one
+// shared-memory message, where the chain cannot pipeline yet.
+inline constexpr size_t kTreeBytesMax = 64 << 10;
+
+}  // namespace kiln::comm
+
+#endif  // KILN_COMM_TUNING_H_
