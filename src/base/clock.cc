@@ -48,8 +48,11 @@ Clock& system_clock() {
 }
 
 Deadline Deadline::after_ms(int64_t timeout_ms, const Clock& clock) {
+  return after_ms_from(clock.monotonic_ns(), timeout_ms);
+}
+
+Deadline Deadline::after_ms_from(int64_t now, int64_t timeout_ms) {
   if (timeout_ms < 0) timeout_ms = 0;
-  const int64_t now = clock.monotonic_ns();
   // Saturate instead of overflowing for absurdly long timeouts.
   if (timeout_ms > (kInfiniteNs - now) / 1'000'000) return never();
   return Deadline(now + timeout_ms * 1'000'000);

@@ -31,6 +31,7 @@ struct CommBenchFlags {
   std::string dtype = "f32";
   std::string reduce = "sum";
   bool in_place = false;
+  std::string check_bytes_max = "256M";
   int64_t timeout_ms = 30'000;
   int hosts = 0;  // fake hosts (0: all ranks on this host)
   std::string algorithm = "auto";
@@ -80,6 +81,7 @@ std::vector<std::string> worker_argv(const CommBenchFlags& f, const GlobalOption
                            "--tcp-connections",
                            std::to_string(f.tcp_connections)});
   if (f.in_place) argv.push_back("--in-place");
+  argv.insert(argv.end(), {"--check-bytes-max", f.check_bytes_max});
   if (f.json) argv.push_back("--json");
   if (!f.iface.empty()) argv.insert(argv.end(), {"--iface", f.iface});
   if (!f.flight_recorder_dir.empty()) {
@@ -147,8 +149,9 @@ int run_worker(const CommBenchFlags& f, const GlobalOptions& g) {
   Result<comm::ReduceOp> reduce = comm::parse_reduce_op(f.reduce);
   Result<size_t> min_bytes = parse_bytes(f.min_bytes);
   Result<size_t> max_bytes = parse_bytes(f.max_bytes);
-  for (const Status& s :
-       {op.status(), dtype.status(), reduce.status(), min_bytes.status(), max_bytes.status()}) {
+  Result<size_t> check_bytes_max = parse_bytes(f.check_bytes_max);
+  for (const Status& s : {op.status(), dtype.status(), reduce.status(), min_bytes.status(),
+                          max_bytes.status(), check_bytes_max.status()}) {
     if (!s.ok()) return report_error("comm-bench", s);
   }
   b.op = *op;
@@ -156,6 +159,7 @@ int run_worker(const CommBenchFlags& f, const GlobalOptions& g) {
   b.reduce = *reduce;
   b.min_bytes = *min_bytes;
   b.max_bytes = *max_bytes;
+  b.check_bytes_max = *check_bytes_max;
   b.iters = f.iters;
   b.warmup = f.warmup;
   b.in_place = f.in_place;
@@ -236,6 +240,10 @@ Command add_comm_bench_command(CLI::App& parent) {
   app->add_option("--dtype", f->dtype, "f32, f64, bf16, i32, i64")->capture_default_str();
   app->add_option("--reduce", f->reduce, "sum, min, max, avg")->capture_default_str();
   app->add_flag("--in-place", f->in_place, "result overwrites the input");
+  app->add_option("--check-bytes-max", f->check_bytes_max,
+                  "memory for the output buffers of one checked batch (each timed op gets its "
+                  "own); as small as one op's buffers reuses them, cache-hot")
+      ->capture_default_str();
   app->add_option("--timeout-ms", f->timeout_ms, "deadline of every op")
       ->check(CLI::Range(int64_t{1}, int64_t{86'400'000}))
       ->capture_default_str();

@@ -12,6 +12,11 @@
 namespace kiln::comm {
 namespace {
 
+// Most ops in one checked batch. Small sizes would otherwise get one buffer pair per timed op
+// (thousands), spread over more memory than the caches hold, and every op would start with
+// cache misses that have nothing to do with communication.
+constexpr size_t kSlotsMax = 1024;
+
 // The buffers of one benchmark size: a template of this rank's input, the expected output, and
 // `slots` (send, recv) pairs so a batch of ops can each keep its result until it is checked.
 struct SizeBuffers {

@@ -9,6 +9,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
 #include <array>
 #include <condition_variable>
 #include <cstring>
@@ -31,6 +32,8 @@ constexpr uint32_t kPointToPointTagKind = 0xff;
 constexpr uint32_t kTagValueMax = (1u << 24) - 1;
 // Below this many bytes hierarchical allreduce costs more hand-offs than it saves.
 constexpr size_t kHierarchicalBytesMin = 256 << 10;
+// How stale the op counters and the op-time histogram may be (see PendingStats).
+constexpr int64_t kMetricsFlushNs = 100'000'000;
 
 uint32_t collective_tag(OpKind kind, uint64_t coll_seq) {
   return static_cast<uint32_t>((coll_seq & kTagValueMax) << 8) | static_cast<uint32_t>(kind);
@@ -98,8 +101,9 @@ class CommunicatorImpl final : public Communicator {
   size_t op_bytes(const CollectiveArgs& a) const;
   std::string op_label(const CollectiveArgs& a, uint64_t seq, uint64_t coll_seq) const;
   // Assigns sequence numbers and records the op. REQUIRES: mu_ held.
-  void number(const CollectiveArgs& a, uint64_t* seq, uint64_t* coll_seq);
-  Status execute(const CollectiveArgs& a, uint64_t seq, uint64_t coll_seq);
+  void number(const CollectiveArgs& a, int64_t now_ns, uint64_t* seq, uint64_t* coll_seq);
+  // Runs the op; `start_ns` is the monotonic time it starts at (read once by the caller).
+  Status execute(const CollectiveArgs& a, uint64_t seq, uint64_t coll_seq, int64_t start_ns);
   Status dispatch(const CollectiveArgs& a, Xfer& x);
   Status allreduce(const CollectiveArgs& a, Xfer& x);
   Status hierarchical_allreduce(const CollectiveArgs& a, const Reduction& r, Xfer& x);
@@ -139,13 +143,28 @@ class CommunicatorImpl final : public Communicator {
   uint64_t next_coll_seq_ = 0;        // GUARDED_BY(mu_)
   std::thread worker_;
 
+  // Op statistics accumulate here, touched only by the thread running ops, and reach the
+  // Prometheus series at most every kMetricsFlushNs: a counter increment is an atomic
+  // compare-and-swap on a double, which small collectives should not pay several times over.
+  struct PendingStats {
+    std::array<uint64_t, kOpKindCount> ops{};
+    std::array<uint64_t, kOpKindCount> bytes{};
+    std::vector<double> seconds_buckets;  // increments per histogram bucket (+Inf last)
+    double seconds_sum = 0;
+    int64_t last_flush_ns = 0;
+  };
+  void record_stats(OpKind kind, size_t bytes, int64_t duration_ns, int64_t now_ns);
+  void flush_stats();
+
   obs::MetricGroup metrics_;
   std::array<prometheus::Counter*, kOpKindCount> ops_total_{};
   std::array<prometheus::Counter*, kOpKindCount> bytes_total_{};
   prometheus::Counter& errors_total_;
   prometheus::Gauge& queue_depth_;
   prometheus::Gauge& aborted_gauge_;
+  const prometheus::Histogram::BucketBoundaries op_seconds_bounds_;
   prometheus::Histogram& op_seconds_;
+  PendingStats stats_;  // only the thread that runs ops touches it (busy_ serializes them)
 };
 
 CommunicatorImpl::CommunicatorImpl(const CommOptions& options, std::string host, Logger log,
@@ -167,8 +186,9 @@ CommunicatorImpl::CommunicatorImpl(const CommOptions& options, std::string host,
       aborted_gauge_(metrics_.add_gauge(
           "kiln_comm_aborted", "1 once the communicator aborted.",
           {{"rank", std::to_string(options.rank)}, {"comm", options.store_prefix}})),
+      op_seconds_bounds_(obs::exponential_buckets(1e-6, 4, 14)),
       op_seconds_(metrics_.add_histogram(
-          "kiln_comm_op_seconds", "Time ops take to run.", obs::exponential_buckets(1e-6, 4, 14),
+          "kiln_comm_op_seconds", "Time ops take to run.", op_seconds_bounds_,
           {{"rank", std::to_string(options.rank)}, {"comm", options.store_prefix}})) {
   for (int k = 0; k < kOpKindCount; ++k) {
     const prometheus::Labels labels = {{"rank", std::to_string(options.rank)},
@@ -179,6 +199,7 @@ CommunicatorImpl::CommunicatorImpl(const CommOptions& options, std::string host,
     bytes_total_[k] =
         &metrics_.add_counter("kiln_comm_bytes_total", "Bytes of completed ops.", labels);
   }
+  stats_.seconds_buckets.assign(op_seconds_bounds_.size() + 1, 0.0);
   build_groups();
   peer_status_.assign(options_.world_size, nullptr);
   for (int r = 0; r < options_.world_size; ++r) {
@@ -203,6 +224,7 @@ CommunicatorImpl::~CommunicatorImpl() {
   work_cv_.notify_all();
   space_cv_.notify_all();
   worker_.join();
+  flush_stats();  // no op runs any more
 }
 
 void CommunicatorImpl::build_groups() {
@@ -264,7 +286,7 @@ void CommunicatorImpl::build_groups() {
 
 Status CommunicatorImpl::validate(const CollectiveArgs& a) const {
   const int n = options_.world_size;
-  const std::string what(op_kind_name(a.kind));
+  const auto what = [&] { return std::string(op_kind_name(a.kind)); };
   const size_t e = dtype_size(a.dtype);
   const bool p2p = !is_collective(a.kind);
   const size_t multiplier = (a.kind == OpKind::kReduceScatter || a.kind == OpKind::kAllgather ||
@@ -272,27 +294,29 @@ Status CommunicatorImpl::validate(const CollectiveArgs& a) const {
                                 ? static_cast<size_t>(n)
                                 : 1;
   if (!p2p && a.count > SIZE_MAX / e / multiplier) {
-    return Status::invalid_argument(what + ": count " + std::to_string(a.count) + " overflows");
+    return Status::invalid_argument(what() + ": count " + std::to_string(a.count) + " overflows");
   }
   const size_t bytes = op_bytes(a);
   const bool needs_send = a.kind != OpKind::kBarrier && a.kind != OpKind::kRecv;
   const bool needs_recv = a.kind != OpKind::kBarrier && a.kind != OpKind::kSend &&
                           !(a.kind == OpKind::kReduce && a.root != options_.rank);
   if (bytes > 0 && ((needs_send && a.send == nullptr) || (needs_recv && a.recv == nullptr))) {
-    return Status::invalid_argument(what + ": null buffer for " + std::to_string(bytes) + " bytes");
+    return Status::invalid_argument(what() + ": null buffer for " + std::to_string(bytes) +
+                                    " bytes");
   }
   if ((a.kind == OpKind::kBroadcast || a.kind == OpKind::kReduce) && (a.root < 0 || a.root >= n)) {
-    return Status::invalid_argument(what + ": root " + std::to_string(a.root) +
+    return Status::invalid_argument(what() + ": root " + std::to_string(a.root) +
                                     " is not a rank of this communicator (world size " +
                                     std::to_string(n) + ")");
   }
   if (p2p) {
     if (a.peer < 0 || a.peer >= n || a.peer == options_.rank) {
-      return Status::invalid_argument(what + ": peer " + std::to_string(a.peer) +
+      return Status::invalid_argument(what() + ": peer " + std::to_string(a.peer) +
                                       " is not another rank of this communicator");
     }
     if (a.tag > kTagValueMax) {
-      return Status::invalid_argument(what + ": tag " + std::to_string(a.tag) + " exceeds 2^24-1");
+      return Status::invalid_argument(what() + ": tag " + std::to_string(a.tag) +
+                                      " exceeds 2^24-1");
     }
   }
   if (a.kind == OpKind::kAllToAll && bytes > 0 && a.send == a.recv) {
@@ -333,11 +357,12 @@ std::string CommunicatorImpl::op_label(const CollectiveArgs& a, uint64_t seq,
   return label;
 }
 
-void CommunicatorImpl::number(const CollectiveArgs& a, uint64_t* seq, uint64_t* coll_seq) {
+void CommunicatorImpl::number(const CollectiveArgs& a, int64_t now_ns, uint64_t* seq,
+                              uint64_t* coll_seq) {
   *seq = next_seq_++;
   *coll_seq = is_collective(a.kind) ? next_coll_seq_++ : 0;
   recorder_.record_submit(*seq, *coll_seq, op_kind_name(a.kind).data(), op_bytes(a),
-                          dtype_name(a.dtype).data());
+                          dtype_name(a.dtype).data(), now_ns);
 }
 
 Work CommunicatorImpl::submit(const CollectiveArgs& args) {
@@ -358,7 +383,7 @@ Work CommunicatorImpl::submit(const CollectiveArgs& args) {
   }
   Pending p;
   p.args = args;
-  number(args, &p.seq, &p.coll_seq);
+  number(args, monotonic_now_ns(), &p.seq, &p.coll_seq);
   work->label = op_label(args, p.seq, p.coll_seq);
   p.work = work;
   queue_.push_back(std::move(p));
@@ -381,9 +406,10 @@ Status CommunicatorImpl::run(const CollectiveArgs& args) {
   busy_ = true;
   uint64_t seq;
   uint64_t coll_seq;
-  number(args, &seq, &coll_seq);
+  const int64_t now_ns = monotonic_now_ns();
+  number(args, now_ns, &seq, &coll_seq);
   lock.unlock();
-  Status status = execute(args, seq, coll_seq);
+  Status status = execute(args, seq, coll_seq, now_ns);
   lock.lock();
   busy_ = false;
   const bool wake = !queue_.empty();
@@ -403,7 +429,8 @@ void CommunicatorImpl::worker_loop() {
     busy_ = true;
     lock.unlock();
     space_cv_.notify_one();
-    Status status = abort_.aborted() ? abort_.reason() : execute(p.args, p.seq, p.coll_seq);
+    Status status =
+        abort_.aborted() ? abort_.reason() : execute(p.args, p.seq, p.coll_seq, monotonic_now_ns());
     p.work->finish(std::move(status));
     lock.lock();
     busy_ = false;
@@ -417,12 +444,13 @@ void CommunicatorImpl::worker_loop() {
   queue_.clear();
 }
 
-Status CommunicatorImpl::execute(const CollectiveArgs& a, uint64_t seq, uint64_t coll_seq) {
-  recorder_.record_start(seq);
+Status CommunicatorImpl::execute(const CollectiveArgs& a, uint64_t seq, uint64_t coll_seq,
+                                 int64_t start_ns) {
+  recorder_.record_start(seq, start_ns);
   // The label is only formatted if the op fails: building it costs more than a small collective.
   auto label = [&] { return op_label(a, seq, coll_seq); };
   Progress::Context ctx(label);
-  ctx.deadline = Deadline::after_ms(options_.timeout_ms);
+  ctx.deadline = Deadline::after_ms_from(start_ns, options_.timeout_ms);
   ctx.timeout_ms = options_.timeout_ms;
   ctx.abort = &abort_;
   ctx.shm_abort = mesh_->inbox ? mesh_->inbox->abort_word() : nullptr;
@@ -444,7 +472,6 @@ Status CommunicatorImpl::execute(const CollectiveArgs& a, uint64_t seq, uint64_t
   Xfer x;
   x.progress = &progress;
   x.tag = is_collective(a.kind) ? collective_tag(a.kind, coll_seq) : point_to_point_tag(a.tag);
-  const Stopwatch watch;
   Status status = progress.check_abort();
   if (status.ok()) status = dispatch(a, x);
   // TCP sends move only while some op waits on something: an op is complete once its messages
@@ -457,17 +484,49 @@ Status CommunicatorImpl::execute(const CollectiveArgs& a, uint64_t seq, uint64_t
     if (r >= 0 && r < options_.world_size) ref.host = hosts_[r];
     return ref;
   };
+  const int64_t end_ns = monotonic_now_ns();
   recorder_.record_end(seq, status, peer_ref(progress.last_waited_rank()),
-                       peer_ref(progress.culprit_rank()));
-  op_seconds_.Observe(watch.elapsed_seconds());
-  const int k = static_cast<int>(a.kind);
+                       peer_ref(progress.culprit_rank()), end_ns);
+  op_seconds_.Observe(static_cast<double>(end_ns - start_ns) * 1e-9);
   if (status.ok()) {
-    ops_total_[k]->Increment();
-    bytes_total_[k]->Increment(static_cast<double>(op_bytes(a)));
+    record_stats(a.kind, op_bytes(a), end_ns - start_ns, end_ns);
   } else {
+    flush_stats();
     on_failure(status, seq, progress.culprit_rank());
   }
   return status;
+}
+
+void CommunicatorImpl::record_stats(OpKind kind, size_t bytes, int64_t duration_ns,
+                                    int64_t now_ns) {
+  const int k = static_cast<int>(kind);
+  ++stats_.ops[k];
+  stats_.bytes[k] += bytes;
+  const double seconds = static_cast<double>(duration_ns) * 1e-9;
+  const size_t bucket = static_cast<size_t>(
+      std::lower_bound(op_seconds_bounds_.begin(), op_seconds_bounds_.end(), seconds) -
+      op_seconds_bounds_.begin());
+  stats_.seconds_buckets[bucket] += 1;
+  stats_.seconds_sum += seconds;
+  if (now_ns - stats_.last_flush_ns >= kMetricsFlushNs) {
+    flush_stats();
+    stats_.last_flush_ns = now_ns;
+  }
+}
+
+void CommunicatorImpl::flush_stats() {
+  for (int k = 0; k < kOpKindCount; ++k) {
+    if (stats_.ops[k] == 0) continue;
+    ops_total_[k]->Increment(static_cast<double>(stats_.ops[k]));
+    bytes_total_[k]->Increment(static_cast<double>(stats_.bytes[k]));
+    stats_.ops[k] = 0;
+    stats_.bytes[k] = 0;
+  }
+  if (stats_.seconds_sum > 0) {
+    op_seconds_.ObserveMultiple(stats_.seconds_buckets, stats_.seconds_sum);
+    std::fill(stats_.seconds_buckets.begin(), stats_.seconds_buckets.end(), 0.0);
+    stats_.seconds_sum = 0;
+  }
 }
 
 Status CommunicatorImpl::dispatch(const CollectiveArgs& a, Xfer& x) {

@@ -21,52 +21,57 @@ const char* state_name(OpState s) {
   return "?";
 }
 
-nlohmann::ordered_json time_or_null(int64_t wall_ns) {
-  return wall_ns == 0 ? nlohmann::ordered_json(nullptr)
-                      : nlohmann::ordered_json(format_wall_time_utc(wall_ns));
+nlohmann::ordered_json time_or_null(int64_t monotonic_ns, int64_t wall_minus_monotonic_ns) {
+  return monotonic_ns == 0
+             ? nlohmann::ordered_json(nullptr)
+             : nlohmann::ordered_json(format_wall_time_utc(monotonic_ns + wall_minus_monotonic_ns));
 }
 
 }  // namespace
 
 FlightRecorder::FlightRecorder(Identity identity, size_t capacity)
-    : identity_(std::move(identity)), ring_(capacity < 1 ? 1 : capacity) {}
+    : identity_(std::move(identity)),
+      wall_minus_monotonic_ns_(wall_now_ns() - monotonic_now_ns()),
+      ring_(capacity < 1 ? 1 : capacity) {}
 
 FlightRecorder::Entry* FlightRecorder::find(uint64_t seq) {
   Entry& e = ring_[seq % ring_.size()];
   return e.seq == seq ? &e : nullptr;
 }
 
-uint64_t FlightRecorder::record_submit(uint64_t seq, uint64_t coll_seq, const char* op,
-                                       uint64_t bytes, const char* dtype) {
+void FlightRecorder::record_submit(uint64_t seq, uint64_t coll_seq, const char* op, uint64_t bytes,
+                                   const char* dtype, int64_t now_ns) {
   std::lock_guard lock(mu_);
   Entry& e = ring_[seq % ring_.size()];
-  e = Entry();
+  // Reset field by field: the strings keep their (usually empty) buffers, nothing is allocated.
+  e.waiting_on.rank = e.culprit.rank = -1;
+  e.waiting_on.host.clear();
+  e.culprit.host.clear();
+  e.error.clear();
+  e.started_ns = e.ended_ns = 0;
   e.seq = seq;
   e.coll_seq = coll_seq;
   e.op = op;
   e.bytes = bytes;
   e.dtype = dtype;
   e.state = OpState::kQueued;
-  e.submitted_wall_ns = wall_now_ns();
-  return seq;
+  e.submitted_ns = now_ns;
 }
 
-void FlightRecorder::record_start(uint64_t seq) {
+void FlightRecorder::record_start(uint64_t seq, int64_t now_ns) {
   std::lock_guard lock(mu_);
   if (Entry* e = find(seq)) {
     e->state = OpState::kRunning;
-    e->started_wall_ns = wall_now_ns();
-    e->started_mono_ns = monotonic_now_ns();
+    e->started_ns = now_ns;
   }
 }
 
 void FlightRecorder::record_end(uint64_t seq, const Status& status, const PeerRef& waiting_on,
-                                const PeerRef& culprit) {
+                                const PeerRef& culprit, int64_t now_ns) {
   std::lock_guard lock(mu_);
   if (Entry* e = find(seq)) {
     e->state = status.ok() ? OpState::kCompleted : OpState::kFailed;
-    e->ended_wall_ns = wall_now_ns();
-    e->ended_mono_ns = monotonic_now_ns();
+    e->ended_ns = now_ns;
     if (!status.ok()) {
       e->error = status.to_string();
       e->waiting_on = waiting_on;
@@ -101,12 +106,12 @@ std::string FlightRecorder::dump_json(const std::string& reason) const {
     j["bytes"] = e->bytes;
     j["dtype"] = e->dtype;
     j["state"] = state_name(e->state);
-    j["submitted_at"] = time_or_null(e->submitted_wall_ns);
-    j["started_at"] = time_or_null(e->started_wall_ns);
-    j["ended_at"] = time_or_null(e->ended_wall_ns);
-    if (e->started_mono_ns != 0) {
-      const int64_t end = e->ended_mono_ns != 0 ? e->ended_mono_ns : now_mono;
-      j["duration_ms"] = static_cast<double>(end - e->started_mono_ns) * 1e-6;
+    j["submitted_at"] = time_or_null(e->submitted_ns, wall_minus_monotonic_ns_);
+    j["started_at"] = time_or_null(e->started_ns, wall_minus_monotonic_ns_);
+    j["ended_at"] = time_or_null(e->ended_ns, wall_minus_monotonic_ns_);
+    if (e->started_ns != 0) {
+      const int64_t end = e->ended_ns != 0 ? e->ended_ns : now_mono;
+      j["duration_ms"] = static_cast<double>(end - e->started_ns) * 1e-6;
     } else {
       j["duration_ms"] = nullptr;
     }

@@ -61,6 +61,8 @@ class FakeClock final : public Clock {
 class Deadline {
  public:
   static Deadline after_ms(int64_t timeout_ms, const Clock& clock = system_clock());
+  // `timeout_ms` after `monotonic_now_ns`, for callers that already read the clock.
+  static Deadline after_ms_from(int64_t monotonic_now_ns, int64_t timeout_ms);
   static Deadline never();
 
   bool expired(const Clock& clock = system_clock()) const;

@@ -15,7 +15,10 @@
 // peer, or the end of the chain of waits (the rank that never entered the collective).
 //
 // Entries are kept in a fixed ring allocated at construction (no allocation per op except the
-// error text of a failed op). Thread-safe.
+// error text of a failed op). Times are taken by the caller on the monotonic clock (the
+// communicator reads it once at the start and once at the end of an op) and turned into wall
+// time only when dumped, with the offset between the clocks measured at construction.
+// Thread-safe.
 #ifndef KILN_COMM_FLIGHT_RECORDER_H_
 #define KILN_COMM_FLIGHT_RECORDER_H_
 
@@ -42,18 +45,18 @@ class FlightRecorder {
 
   FlightRecorder(Identity identity, size_t capacity);
 
-  // Records a new op; returns its handle for the updates below.
-  // `op` must be a string literal (it is stored as a pointer).
-  uint64_t record_submit(uint64_t seq, uint64_t coll_seq, const char* op, uint64_t bytes,
-                         const char* dtype);
-  void record_start(uint64_t seq);
+  // Records a new op; `now_ns` is monotonic. `op` and `dtype` must outlive the recorder (they
+  // are stored as pointers: pass string literals or other static names).
+  void record_submit(uint64_t seq, uint64_t coll_seq, const char* op, uint64_t bytes,
+                     const char* dtype, int64_t now_ns);
+  void record_start(uint64_t seq, int64_t now_ns);
   // A peer named in an entry: the one the op waited for, and the one its failure points at.
   struct PeerRef {
     int rank = -1;
     std::string host;
   };
   void record_end(uint64_t seq, const Status& status, const PeerRef& waiting_on,
-                  const PeerRef& culprit);
+                  const PeerRef& culprit, int64_t now_ns);
 
   // The dump described above. `reason` says why it was taken ("timeout", "SIGUSR1", ...).
   std::string dump_json(const std::string& reason) const;
@@ -70,11 +73,9 @@ class FlightRecorder {
     uint64_t bytes = 0;
     const char* dtype = "";
     OpState state = OpState::kQueued;
-    int64_t submitted_wall_ns = 0;
-    int64_t started_wall_ns = 0;
-    int64_t ended_wall_ns = 0;
-    int64_t started_mono_ns = 0;
-    int64_t ended_mono_ns = 0;
+    int64_t submitted_ns = 0;  // monotonic; 0: not yet
+    int64_t started_ns = 0;
+    int64_t ended_ns = 0;
     PeerRef waiting_on;
     PeerRef culprit;
     std::string error;
@@ -82,6 +83,7 @@ class FlightRecorder {
   Entry* find(uint64_t seq);  // REQUIRES: mu_ held
 
   const Identity identity_;
+  const int64_t wall_minus_monotonic_ns_;
   mutable std::mutex mu_;
   std::vector<Entry> ring_;  // GUARDED_BY(mu_); entry for seq s lives at s % capacity
 };
