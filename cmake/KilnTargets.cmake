@@ -28,11 +28,15 @@ function(kiln_library)
   target_link_libraries(${target} PUBLIC ${ARG_PUBLIC_DEPS} PRIVATE ${ARG_PRIVATE_DEPS})
 endfunction()
 
-# kiln_tests(NAME <lib> SOURCES ... [DEPS ...])
+# kiln_tests(NAME <lib> SOURCES ... [DEPS ...] [LABEL <label>])
 # One gtest binary per library (kiln_<lib>_tests); every TEST becomes a ctest test labelled
-# "unit", so `ctest -L unit` runs exactly the unit tests.
+# LABEL ("unit" by default), so `ctest -L unit` runs exactly the unit tests. Tests that move
+# gigabytes get their own binary labelled "large": the sanitizer run in CI skips them.
 function(kiln_tests)
-  cmake_parse_arguments(ARG "" "NAME" "SOURCES;DEPS" ${ARGN})
+  cmake_parse_arguments(ARG "" "NAME;LABEL" "SOURCES;DEPS" ${ARGN})
+  if(NOT ARG_LABEL)
+    set(ARG_LABEL unit)
+  endif()
   if(NOT KILN_BUILD_TESTS)
     return()
   endif()
@@ -41,7 +45,7 @@ function(kiln_tests)
   target_include_directories(${target} PRIVATE ${PROJECT_SOURCE_DIR}/src)
   target_compile_options(${target} PRIVATE ${KILN_WARNINGS})
   target_link_libraries(${target} PRIVATE ${ARG_DEPS} GTest::gtest GTest::gmock GTest::gtest_main)
-  gtest_discover_tests(${target} PROPERTIES LABELS unit DISCOVERY_TIMEOUT 60)
+  gtest_discover_tests(${target} PROPERTIES LABELS ${ARG_LABEL} DISCOVERY_TIMEOUT 60)
 endfunction()
 
 # Every public header must compile on its own (seastar's checkheaders): one translation unit per
