@@ -126,18 +126,23 @@ Status Progress::fail_at(int rank, const Status& error) {
   return fail(error);
 }
 
-Status Progress::poll_tcp() {
+Status Progress::fail_link(const Link& link, const Status& error) {
+  if (culprit_rank_ < 0) {
+    if (link.abort_culprit() >= 0) {
+      adopt_culprit(link.abort_culprit());
+    } else {
+      culprit_rank_ = link.peer_rank();
+    }
+  }
+  return fail_from_peer(error);
+}
+
+Status Progress::poll_tcp(const Link** failed) {
   if (ctx_.tcp_links == nullptr) return Status();
   for (Link* link : *ctx_.tcp_links) {
     Status s = link->poll_io();
     if (!s.ok()) {
-      if (culprit_rank_ < 0) {
-        if (link->abort_culprit() >= 0) {
-          adopt_culprit(link->abort_culprit());
-        } else {
-          culprit_rank_ = link->peer_rank();
-        }
-      }
+      *failed = link;
       return s;
     }
   }
@@ -176,7 +181,8 @@ Status Progress::check_abort() {
 Status Progress::check(const WaitTarget& target) {
   KILN_RETURN_IF_ERROR(check_abort());
   if (Status s = check_liveness(target.peer_rank); !s.ok()) return fail(s);
-  if (Status s = poll_tcp(); !s.ok()) return fail_from_peer(s);
+  const Link* failed = nullptr;
+  if (Status s = poll_tcp(&failed); !s.ok()) return fail_link(*failed, s);
   if (ctx_.deadline.expired()) {
     return fail(Status::timeout("timed out after " + std::to_string(ctx_.timeout_ms) +
                                 " ms waiting for " + target.what + " from " +
@@ -229,7 +235,8 @@ Status Progress::wait(FunctionRef<bool()> ready, const WaitTarget& target) {
   bool published = false;
   for (uint64_t i = 1;; ++i) {
     if (have_tcp) {
-      if (Status s = poll_tcp(); !s.ok()) return fail_from_peer(s);
+      const Link* failed = nullptr;
+      if (Status s = poll_tcp(&failed); !s.ok()) return fail_link(*failed, s);
     }
     if (ready()) return Status();
     const int64_t waited_ns = now_ns - start_ns;

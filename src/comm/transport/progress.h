@@ -121,8 +121,11 @@ class Progress {
   // The same for an error that came from a peer (its abort, a closed connection): also says
   // whom this rank was waiting for, which may be closer to the cause.
   Status fail_from_peer(const Status& error);
-  // The same for an error that points at `rank` (a link to it broke).
+  // The same for an error that points at `rank`.
   Status fail_at(int rank, const Status& error);
+  // The same for an error of `link`: its peer closed the connection (the peer is the culprit),
+  // or aborted (then the culprit is the one its abort named, see adopt_culprit).
+  Status fail_link(const Link& link, const Status& error);
 
   const Context& context() const { return ctx_; }
   // The peer the op last waited on, for the flight recorder (-1 if none).
@@ -132,7 +135,8 @@ class Progress {
   int culprit_rank() const { return culprit_rank_; }
 
  private:
-  Status poll_tcp();
+  // Moves TCP data; on a link's failure returns its error and sets *failed to it.
+  Status poll_tcp(const Link** failed);
   Status check_liveness(int needed_rank);
   void sleep_once(const WaitTarget& target);
   // Follows who-waits-for-whom among local ranks from `rank` and says where the chain ends.

@@ -55,12 +55,12 @@ void TcpLink::close_with(Status why) {
 Result<void*> TcpLink::reserve(size_t bytes, uint32_t tag, Progress& progress) {
   KILN_CHECK(!reserved_) << "reserve() twice without commit() to rank " << peer_rank();
   KILN_CHECK_LE(bytes, message_bytes_max_);
-  if (broken()) return progress.fail_at(peer_rank(), why_broken());
+  if (broken()) return progress.fail_link(*this, why_broken());
   Slot& slot = send_slots_[committed_ % slot_count_];
   if (slot.busy) {
     KILN_RETURN_IF_ERROR(progress.wait([&] { return !slot.busy || broken(); },
                                        {"space", peer_rank(), &peer_host(), nullptr, nullptr}));
-    if (broken()) return progress.fail_at(peer_rank(), why_broken());
+    if (broken()) return progress.fail_link(*this, why_broken());
   }
   slot.bytes = static_cast<uint32_t>(bytes);
   slot.tag = tag;
@@ -77,20 +77,20 @@ Status TcpLink::commit(Progress& progress) {
   slot.busy = true;
   ++committed_;
   // Start writing now: the peer may be waiting for exactly this message.
-  KILN_RETURN_IF_ERROR(poll_io());
-  if (!closed_.ok()) return progress.fail_at(peer_rank(), closed_);
+  if (Status s = poll_io(); !s.ok()) return progress.fail_link(*this, s);
+  if (!closed_.ok()) return progress.fail_link(*this, closed_);
   return Status();
 }
 
 Result<const void*> TcpLink::peek(size_t bytes, uint32_t tag, Progress& progress) {
   KILN_CHECK(!peeked_) << "peek() twice without release() from rank " << peer_rank();
-  if (!error_.ok()) return progress.fail_at(peer_rank(), error_);
+  if (!error_.ok()) return progress.fail_link(*this, error_);
   Slot& slot = recv_slots_[released_ % slot_count_];
   if (!slot.busy) {
     // Messages that arrived before the peer closed are still delivered.
     KILN_RETURN_IF_ERROR(progress.wait([&] { return slot.busy || broken(); },
                                        {"data", peer_rank(), &peer_host(), nullptr, nullptr}));
-    if (!slot.busy) return progress.fail_at(peer_rank(), why_broken());
+    if (!slot.busy) return progress.fail_link(*this, why_broken());
   }
   if (slot.bytes != bytes || slot.tag != tag) {
     return progress.fail_at(
