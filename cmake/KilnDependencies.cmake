@@ -10,6 +10,7 @@ find_package(CLI11 REQUIRED)
 find_package(prometheus-cpp REQUIRED COMPONENTS core)
 pkg_check_modules(HTTPLIB REQUIRED IMPORTED_TARGET cpp-httplib)
 pkg_check_modules(XXHASH REQUIRED IMPORTED_TARGET libxxhash)
+pkg_check_modules(OPENBLAS REQUIRED IMPORTED_TARGET openblas)
 find_package(OpenSSL REQUIRED)
 
 if(KILN_BUILD_TESTS)

@@ -64,5 +64,5 @@ function(kiln_add_header_check)
   target_include_directories(kiln_header_check PRIVATE ${PROJECT_SOURCE_DIR}/include)
   target_compile_options(kiln_header_check PRIVATE ${KILN_WARNINGS})
   # The headers may name third-party types; borrow their include paths from the libraries.
-  target_link_libraries(kiln_header_check PRIVATE kiln_base kiln_obs kiln_comm kiln_preflight)
+  target_link_libraries(kiln_header_check PRIVATE kiln_base kiln_obs kiln_comm kiln_ops kiln_preflight)
 endfunction()

@@ -1,0 +1,48 @@
+// Element-wise ops of a transformer block.
+//
+// GELU, tanh approximation (GPT-2's):
+//   y = 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3)))
+//   dx (=|+=) dy * dy/dx
+// Residual add:  y = a + b;   backward: da += dy, db += dy.
+//
+// All views f32 and contiguous, of equal numel (any shape). y may alias a or b (in place).
+#ifndef KILN_OPS_ELEMENTWISE_H_
+#define KILN_OPS_ELEMENTWISE_H_
+
+#include <kiln/base/status.h>
+#include <kiln/ops/context.h>
+#include <kiln/ops/tensor.h>
+
+namespace kiln::ops {
+
+struct GeluParams {
+  TensorView x;
+  TensorView y;  // out; may alias x
+};
+Status gelu_forward(const GeluParams& p, const Context& ctx);
+
+struct GeluBackwardParams {
+  TensorView x;  // the forward's input
+  TensorView dy;
+  TensorView dx;  // out; may alias dy
+  bool accumulate_dx = false;
+};
+Status gelu_backward(const GeluBackwardParams& p, const Context& ctx);
+
+struct ResidualParams {
+  TensorView a;
+  TensorView b;
+  TensorView y;  // out; may alias a or b
+};
+Status residual_forward(const ResidualParams& p, const Context& ctx);
+
+struct ResidualBackwardParams {
+  TensorView dy;
+  TensorView da;  // accumulated
+  TensorView db;  // accumulated
+};
+Status residual_backward(const ResidualBackwardParams& p, const Context& ctx);
+
+}  // namespace kiln::ops
+
+#endif  // KILN_OPS_ELEMENTWISE_H_

@@ -1,0 +1,62 @@
+// See validate.h.
+#include "ops/validate.h"
+
+#include <string>
+
+namespace kiln::ops {
+namespace {
+
+std::string wanted(DType dtype, std::initializer_list<int64_t> shape) {
+  std::string s(dtype_name(dtype));
+  s += "[";
+  bool first = true;
+  for (int64_t d : shape) {
+    s += (first ? "" : ",") + (d < 0 ? std::string("*") : std::to_string(d));
+    first = false;
+  }
+  return s + "]";
+}
+
+}  // namespace
+
+Status expect_present(const char* op, const char* name, const TensorView& t) {
+  if (t.present()) return Status();
+  return Status::invalid_argument(std::string(op) + ": " + name + " is missing");
+}
+
+Status expect_shape(const char* op, const char* name, const TensorView& t, DType dtype,
+                    std::initializer_list<int64_t> shape) {
+  KILN_RETURN_IF_ERROR(expect_present(op, name, t));
+  bool ok = t.dtype == dtype && t.ndim == static_cast<int>(shape.size());
+  int d = 0;
+  for (int64_t s : shape) {
+    if (ok && s >= 0 && t.shape[d] != s) ok = false;
+    if (ok && t.shape[d] < 0) ok = false;
+    ++d;
+  }
+  if (ok) return Status();
+  return Status::invalid_argument(std::string(op) + ": " + name + " is " + t.describe() +
+                                  " but must be " + wanted(dtype, shape));
+}
+
+Status expect_unit_inner_stride(const char* op, const char* name, const TensorView& t) {
+  if (t.ndim == 0 || t.stride[t.ndim - 1] == 1) return Status();
+  return Status::invalid_argument(std::string(op) + ": " + name + " (" + t.describe() +
+                                  ") needs a unit stride in its last dimension");
+}
+
+Status expect_contiguous(const char* op, const char* name, const TensorView& t) {
+  if (t.contiguous()) return Status();
+  return Status::invalid_argument(std::string(op) + ": " + name + " (" + t.describe() +
+                                  ") must be contiguous");
+}
+
+Status expect_same_numel(const char* op, const char* name, const TensorView& t, int64_t numel) {
+  KILN_RETURN_IF_ERROR(expect_present(op, name, t));
+  if (t.numel() == numel) return Status();
+  return Status::invalid_argument(std::string(op) + ": " + name + " (" + t.describe() + ") has " +
+                                  std::to_string(t.numel()) + " elements, expected " +
+                                  std::to_string(numel));
+}
+
+}  // namespace kiln::ops
