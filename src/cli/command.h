@@ -36,6 +36,8 @@ Command add_facts_command(CLI::App& parent);
 Command add_agent_command(CLI::App& parent);
 Command add_store_command(CLI::App& parent);
 Command add_comm_bench_command(CLI::App& parent);
+Command add_ops_check_command(CLI::App& parent);
+Command add_ops_bench_command(CLI::App& parent);
 
 // Opens the log sink the global flags ask for. On failure prints the error to stderr and returns
 // null; the caller exits with kExitBadInput.

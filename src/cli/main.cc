@@ -23,7 +23,8 @@ int main(int argc, char** argv) {
   std::vector<Command> commands = {
       kiln::cli::add_version_command(app),    kiln::cli::add_facts_command(app),
       kiln::cli::add_agent_command(app),      kiln::cli::add_store_command(app),
-      kiln::cli::add_comm_bench_command(app),
+      kiln::cli::add_comm_bench_command(app), kiln::cli::add_ops_check_command(app),
+      kiln::cli::add_ops_bench_command(app),
   };
   try {
     app.parse(argc, argv);

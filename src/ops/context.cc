@@ -1,8 +1,6 @@
 // See include/kiln/ops/context.h.
 #include <kiln/ops/context.h>
 
-#include <cblas.h>
-
 #include <cstdlib>
 #include <string>
 
@@ -35,10 +33,6 @@ std::vector<CpuIsa> supported_isas() {
   for (int i = 0; i <= static_cast<int>(best); ++i)
     out.push_back(static_cast<CpuIsa>(i));
   return out;
-}
-
-void set_blas_threads(int threads) {
-  openblas_set_num_threads(threads < 1 ? 1 : threads);
 }
 
 }  // namespace kiln::ops

@@ -16,4 +16,9 @@ Status check_cpu_dispatch(const Context& ctx, const char* op) {
   return Status();
 }
 
+Status scratch_unavailable(const char* op, int64_t bytes) {
+  return Status::unavailable(std::string(op) + ": cannot allocate " + std::to_string(bytes) +
+                             " bytes of scratch");
+}
+
 }  // namespace kiln::ops

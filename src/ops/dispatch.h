@@ -13,12 +13,18 @@
 #include <kiln/base/status.h>
 #include <kiln/ops/context.h>
 
+#include <cstdint>
 #include <string>
 
 namespace kiln::ops {
 
 // OK iff the CPU backend can run `ctx.isa` here; else kNotSupported naming `op`.
 Status check_cpu_dispatch(const Context& ctx, const char* op);
+
+// kUnavailable: `op` could not allocate `bytes` of scratch. For kernels, which build no error
+// text themselves (see src/ops/cpu/kernel_common.h: nothing inline with external linkage in a
+// per-ISA object).
+Status scratch_unavailable(const char* op, int64_t bytes);
 
 }  // namespace kiln::ops
 

@@ -10,8 +10,8 @@
 //
 // Layout: q, k, v, o, dout, dq, dk, dv are (B, T, H, D) with any strides but a unit stride in D,
 // so the q, k and v thirds of a fused qkv projection ((B, T, 3, H, D) in memory) are used in
-// place. lse is (B, H, T), contiguous. dq, dk, dv are overwritten. D is at most
-// kAttentionHeadDimMax.
+// place. lse is (B, H, T), contiguous. dq, dk, dv are overwritten and must not overlap any
+// input. D is at most kAttentionHeadDimMax.
 #ifndef KILN_OPS_ATTENTION_H_
 #define KILN_OPS_ATTENTION_H_
 

@@ -7,6 +7,7 @@
 #define KILN_OPS_CONTEXT_H_
 
 #include <string_view>
+#include <vector>
 
 #include <kiln/base/cpu.h>
 #include <kiln/base/result.h>
@@ -21,8 +22,9 @@ struct Context {
   // The kernels to use: at most what the CPU supports (a Context asking for more is rejected by
   // every op with kNotSupported).
   CpuIsa isa = CpuIsa::kScalar;
-  // Threads for the op's own parallel loops; null runs single-threaded. Matmuls run on
-  // OpenBLAS, whose thread count follows size() too (set_blas_threads).
+  // Threads for every parallel loop of an op; null runs single-threaded. Matmuls split their
+  // rows over this pool too and call OpenBLAS single-threaded in each task, so a process has
+  // one set of compute threads (two spinning pools on the same cores would slow each other).
   ThreadPool* pool = nullptr;
 
   int threads() const { return pool == nullptr ? 1 : pool->size(); }
@@ -38,9 +40,6 @@ Result<Context> make_cpu_context(ThreadPool* pool);
 
 // Every ISA this CPU can run, lowest first (what tests and `kiln ops-check` cover).
 std::vector<CpuIsa> supported_isas();
-
-// OpenBLAS's own thread count; matmuls call this from the Context (the pool's size).
-void set_blas_threads(int threads);
 
 }  // namespace kiln::ops
 

@@ -102,11 +102,23 @@ inline Vf max(Vf a, Vf b) {
 inline Vf min(Vf a, Vf b) {
   return {_mm512_min_ps(a.v, b.v)};
 }
+// The tree of GCC's _mm512_reduce_add_ps/_mm512_reduce_max_ps (halves, quarters, then pairs),
+// so sums are bit-identical to that intrinsic's; written out because GCC 12 reports the
+// _mm256_undefined_pd() those intrinsics (and _mm512_castps512_ps256) start from as used
+// uninitialized under -Werror. _mm512_extractf32x8_ps starts from zero instead.
 inline float reduce_add(Vf a) {
-  return _mm512_reduce_add_ps(a.v);
+  const __m256 h = _mm256_add_ps(_mm512_extractf32x8_ps(a.v, 0), _mm512_extractf32x8_ps(a.v, 1));
+  __m128 s = _mm_add_ps(_mm256_castps256_ps128(h), _mm256_extractf128_ps(h, 1));
+  s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+  s = _mm_add_ss(s, _mm_movehdup_ps(s));
+  return _mm_cvtss_f32(s);
 }
 inline float reduce_max(Vf a) {
-  return _mm512_reduce_max_ps(a.v);
+  const __m256 h = _mm256_max_ps(_mm512_extractf32x8_ps(a.v, 0), _mm512_extractf32x8_ps(a.v, 1));
+  __m128 s = _mm_max_ps(_mm256_castps256_ps128(h), _mm256_extractf128_ps(h, 1));
+  s = _mm_max_ps(s, _mm_movehl_ps(s, s));
+  s = _mm_max_ss(s, _mm_movehdup_ps(s));
+  return _mm_cvtss_f32(s);
 }
 inline Vf exp2_int(Vf n) {  // 2^n for integral n in [-126, 127]
   const __m512i e =

@@ -1,0 +1,248 @@
+// ops-check cases of matmul and attention (see ops_check.h).
+//
+// Matmul: batch 1, odd sizes, strided views (rows slices of wider buffers, as the header
+// allows), with and without a bias, dx overwritten, accumulated or absent. Inputs are scaled so
+// every output is of order one: x and dy in [-1, 1], w in [-1, 1] / sqrt(K).
+//
+// Attention: D in {32, 64, 80, 128}, T in {1, 67, 200} (not multiples of a 64-key tile), causal
+// and not, the default scale and an explicit one, q/k/v contiguous or the thirds of one fused
+// (B, T, 3, H, D) buffer. q and k are in [-2, 2], so the scaled scores have a standard deviation
+// of about 1.3 whatever D is, and the softmax is neither flat nor one-hot. The backward's o and
+// lse are the reference forward's.
+#include <cmath>
+#include <string>
+
+#include "ops/check/check_case.h"
+#include "ops/ref/ref.h"
+
+namespace kiln::ops::check {
+namespace {
+
+struct MatmulShape {
+  int64_t M, K, N;
+  bool strided;  // every view's rows lie a few elements apart (a slice of a wider buffer)
+  bool bias;
+  enum class Dx { kOverwrite, kAccumulate, kAbsent } dx;
+};
+
+// Row stride of a view with `cols` columns: `cols` when contiguous, else a few more.
+int64_t row_stride(const MatmulShape& s, int64_t cols) {
+  constexpr int64_t kGap = 3;  // odd, so rows are not vector-aligned either
+  return s.strided ? cols + kGap : cols;
+}
+
+std::string describe(const MatmulShape& s) {
+  std::string out = "M=" + std::to_string(s.M) + " K=" + std::to_string(s.K) +
+                    " N=" + std::to_string(s.N) + (s.bias ? " bias" : " no-bias");
+  if (s.strided) out += " strided";
+  return out;
+}
+
+Case matmul_forward_case(const OpTable& ops, const MatmulShape& s, uint64_t seed) {
+  Case c;
+  c.op = "matmul_forward";
+  c.shape = describe(s);
+  Rng rng(seed);
+  const int64_t ldx = row_stride(s, s.K), ldw = row_stride(s, s.K), ldy = row_stride(s, s.N);
+  const float w_scale = 1.0f / std::sqrt(static_cast<float>(s.K));
+  const int x = c.buffers.add_f32("x", rng.uniform_rows(s.M, s.K, ldx, -1, 1));
+  const int w = c.buffers.add_f32("w", rng.uniform_rows(s.N, s.K, ldw, -w_scale, w_scale));
+  const int bias = s.bias ? c.buffers.add_f32("bias", rng.uniform(s.N, -1, 1)) : -1;
+  const int y = c.buffers.add_f32("y", nans((s.M - 1) * ldy + s.N));
+  auto params = [=](Buffers& b) {
+    MatmulParams p;
+    p.x = b.strided(x, 0, {s.M, s.K}, {ldx, 1});
+    p.w = b.strided(w, 0, {s.N, s.K}, {ldw, 1});
+    if (bias >= 0) p.bias = b.view(bias, {s.N});
+    p.y = b.strided(y, 0, {s.M, s.N}, {ldy, 1});
+    return p;
+  };
+  bind(c, params, &ref::matmul_forward, ops.matmul_forward);
+  return c;
+}
+
+Case matmul_backward_case(const OpTable& ops, const MatmulShape& s, uint64_t seed) {
+  Case c;
+  c.op = "matmul_backward";
+  c.shape = describe(s) + (s.dx == MatmulShape::Dx::kOverwrite    ? " dx"
+                           : s.dx == MatmulShape::Dx::kAccumulate ? " dx+="
+                                                                  : " no-dx");
+  Rng rng(seed);
+  const int64_t ldx = row_stride(s, s.K), ldw = row_stride(s, s.K), ldy = row_stride(s, s.N);
+  const float w_scale = 1.0f / std::sqrt(static_cast<float>(s.K));
+  const int dy = c.buffers.add_f32("dy", rng.uniform_rows(s.M, s.N, ldy, -1, 1));
+  const int x = c.buffers.add_f32("x", rng.uniform_rows(s.M, s.K, ldx, -1, 1));
+  const int w = c.buffers.add_f32("w", rng.uniform_rows(s.N, s.K, ldw, -w_scale, w_scale));
+  int dx = -1;
+  if (s.dx == MatmulShape::Dx::kOverwrite) {
+    dx = c.buffers.add_f32("dx", nans((s.M - 1) * ldx + s.K));
+  } else if (s.dx == MatmulShape::Dx::kAccumulate) {
+    dx = c.buffers.add_f32("dx", rng.uniform_rows(s.M, s.K, ldx, -1, 1));
+  }
+  // Parameter gradients accumulate: they start from values a previous micro-batch left.
+  const int dw = c.buffers.add_f32("dw", rng.uniform_rows(s.N, s.K, ldw, -1, 1));
+  const int dbias = s.bias ? c.buffers.add_f32("dbias", rng.uniform(s.N, -1, 1)) : -1;
+  const bool accumulate = s.dx == MatmulShape::Dx::kAccumulate;
+  auto params = [=](Buffers& b) {
+    MatmulBackwardParams p;
+    p.dy = b.strided(dy, 0, {s.M, s.N}, {ldy, 1});
+    p.x = b.strided(x, 0, {s.M, s.K}, {ldx, 1});
+    p.w = b.strided(w, 0, {s.N, s.K}, {ldw, 1});
+    if (dx >= 0) p.dx = b.strided(dx, 0, {s.M, s.K}, {ldx, 1});
+    p.dw = b.strided(dw, 0, {s.N, s.K}, {ldw, 1});
+    if (dbias >= 0) p.dbias = b.view(dbias, {s.N});
+    p.accumulate_dx = accumulate;
+    return p;
+  };
+  bind(c, params, &ref::matmul_backward, ops.matmul_backward);
+  return c;
+}
+
+struct AttentionShape {
+  int64_t B, T, H, D;
+  bool causal;
+  bool fused;  // q, k, v (and dq, dk, dv) are the thirds of one (B, T, 3, H, D) buffer
+  float scale;
+};
+
+std::string describe(const AttentionShape& s) {
+  std::string out = "B=" + std::to_string(s.B) + " T=" + std::to_string(s.T) +
+                    " H=" + std::to_string(s.H) + " D=" + std::to_string(s.D) +
+                    (s.causal ? " causal" : " full");
+  if (s.fused) out += " fused-qkv";
+  if (s.scale != 0.0f) out += " scale=" + std::to_string(s.scale).substr(0, 4);
+  return out;
+}
+
+// Where q, k and v (or dq, dk and dv) live: one fused buffer or three contiguous ones.
+struct QkvLayout {
+  AttentionShape s;
+  int ids[3];  // the buffer of each third (all equal when fused)
+
+  TensorView third(Buffers& b, int which) const {
+    if (!s.fused) return b.view(ids[which], {s.B, s.T, s.H, s.D});
+    return b.strided(ids[which], which * s.H * s.D, {s.B, s.T, s.H, s.D},
+                     {s.T * 3 * s.H * s.D, 3 * s.H * s.D, s.D, 1});
+  }
+};
+
+// Adds q, k and v (inputs, random) or dq, dk and dv (outputs, NaN) to `buffers`.
+QkvLayout add_qkv(Buffers& buffers, const AttentionShape& s, Rng* rng, const char* prefix) {
+  const int64_t numel = s.B * s.T * s.H * s.D;
+  QkvLayout layout{s, {0, 0, 0}};
+  const std::string p(prefix);
+  if (s.fused) {
+    std::vector<float> values = rng ? rng->uniform(3 * numel, -2, 2) : nans(3 * numel);
+    const int id = buffers.add_f32(p + "qkv", std::move(values));
+    layout.ids[0] = layout.ids[1] = layout.ids[2] = id;
+    return layout;
+  }
+  const char* names[3] = {"q", "k", "v"};
+  for (int i = 0; i < 3; ++i) {
+    layout.ids[i] = buffers.add_f32(p + names[i], rng ? rng->uniform(numel, -2, 2) : nans(numel));
+  }
+  return layout;
+}
+
+Case attention_forward_case(const OpTable& ops, const AttentionShape& s, uint64_t seed) {
+  Case c;
+  c.op = "attention_forward";
+  c.shape = describe(s);
+  Rng rng(seed);
+  const QkvLayout qkv = add_qkv(c.buffers, s, &rng, "");
+  const int o = c.buffers.add_f32("o", nans(s.B * s.T * s.H * s.D));
+  const int lse = c.buffers.add_f32("lse", nans(s.B * s.H * s.T));
+  auto params = [=](Buffers& b) {
+    AttentionParams p;
+    p.q = qkv.third(b, 0);
+    p.k = qkv.third(b, 1);
+    p.v = qkv.third(b, 2);
+    p.o = b.view(o, {s.B, s.T, s.H, s.D});
+    p.lse = b.view(lse, {s.B, s.H, s.T});
+    p.causal = s.causal;
+    p.scale = s.scale;
+    return p;
+  };
+  bind(c, params, &ref::attention_forward, ops.attention_forward);
+  return c;
+}
+
+Case attention_backward_case(const OpTable& ops, const AttentionShape& s, uint64_t seed) {
+  Case c;
+  c.op = "attention_backward";
+  c.shape = describe(s);
+  Rng rng(seed);
+  const QkvLayout qkv = add_qkv(c.buffers, s, &rng, "");
+  const int o = c.buffers.add_f32("o", nans(s.B * s.T * s.H * s.D));
+  const int lse = c.buffers.add_f32("lse", nans(s.B * s.H * s.T));
+  const int dout = c.buffers.add_f32("dout", rng.uniform(s.B * s.T * s.H * s.D, -1, 1));
+  const QkvLayout grads = add_qkv(c.buffers, s, nullptr, "d");
+  // The forward's outputs, which the backward takes as inputs.
+  AttentionParams f;
+  f.q = qkv.third(c.buffers, 0);
+  f.k = qkv.third(c.buffers, 1);
+  f.v = qkv.third(c.buffers, 2);
+  f.o = c.buffers.view(o, {s.B, s.T, s.H, s.D});
+  f.lse = c.buffers.view(lse, {s.B, s.H, s.T});
+  f.causal = s.causal;
+  f.scale = s.scale;
+  KILN_CHECK(ref::attention_forward(f).ok());
+  auto params = [=](Buffers& b) {
+    AttentionBackwardParams p;
+    p.q = qkv.third(b, 0);
+    p.k = qkv.third(b, 1);
+    p.v = qkv.third(b, 2);
+    p.o = b.view(o, {s.B, s.T, s.H, s.D});
+    p.lse = b.view(lse, {s.B, s.H, s.T});
+    p.dout = b.view(dout, {s.B, s.T, s.H, s.D});
+    p.dq = grads.third(b, 0);
+    p.dk = grads.third(b, 1);
+    p.dv = grads.third(b, 2);
+    p.causal = s.causal;
+    p.scale = s.scale;
+    return p;
+  };
+  bind(c, params, &ref::attention_backward, ops.attention_backward);
+  return c;
+}
+
+}  // namespace
+
+std::vector<Case> matmul_cases(const OpTable& ops, uint64_t seed) {
+  using Dx = MatmulShape::Dx;
+  const MatmulShape shapes[] = {
+      {1, 37, 53, false, true, Dx::kOverwrite},     // one row (batch 1, T 1)
+      {67, 129, 95, true, false, Dx::kAccumulate},  // odd sizes, every view strided
+      {200, 64, 193, false, true, Dx::kOverwrite},  // more rows than a task's block
+      {5, 16, 7, true, true, Dx::kAbsent},          // the first layer: no dx
+  };
+  std::vector<Case> cases;
+  int index = 0;
+  for (const MatmulShape& s : shapes) {
+    cases.push_back(matmul_forward_case(ops, s, case_seed(seed, "matmul_forward", index)));
+    cases.push_back(matmul_backward_case(ops, s, case_seed(seed, "matmul_backward", index)));
+    ++index;
+  }
+  return cases;
+}
+
+std::vector<Case> attention_cases(const OpTable& ops, uint64_t seed) {
+  const AttentionShape shapes[] = {
+      {1, 1, 2, 32, true, false, 0.0f},     // one token: o = v
+      {2, 67, 3, 64, true, true, 0.0f},     // GPT-2's D, a partial last tile
+      {1, 200, 2, 80, false, false, 0.0f},  // D not a power of two
+      {2, 67, 1, 128, false, true, 0.1f},   // explicit scale
+      {1, 200, 2, 128, true, false, 0.0f},  // causal, several tiles
+      {2, 200, 1, 32, false, true, 0.0f},
+  };
+  std::vector<Case> cases;
+  int index = 0;
+  for (const AttentionShape& s : shapes) {
+    cases.push_back(attention_forward_case(ops, s, case_seed(seed, "attention_forward", index)));
+    cases.push_back(attention_backward_case(ops, s, case_seed(seed, "attention_backward", index)));
+    ++index;
+  }
+  return cases;
+}
+
+}  // namespace kiln::ops::check
