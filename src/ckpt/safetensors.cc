@@ -1,0 +1,266 @@
+// Safetensors writing and reading (see include/kiln/ckpt/safetensors.h for the layout).
+#include <kiln/ckpt/safetensors.h>
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <limits>
+#include <set>
+
+#include <nlohmann/json.hpp>
+
+namespace kiln::ckpt {
+namespace {
+
+constexpr size_t kHeaderLengthBytes = 8;
+// Data starts 8-byte aligned so a reader can view f32/i64 tensors in place.
+constexpr size_t kDataAlignment = 8;
+// A header larger than this is a corrupt length field, not a real file (the format's own
+// readers refuse headers above 100 MB).
+constexpr uint64_t kMaxHeaderBytes = 100ull << 20;
+
+struct DTypeName {
+  DType dtype;
+  std::string_view name;
+  size_t size;
+};
+constexpr DTypeName kDTypes[] = {{DType::kF32, "F32", 4},
+                                 {DType::kBF16, "BF16", 2},
+                                 {DType::kI32, "I32", 4},
+                                 {DType::kI64, "I64", 8},
+                                 {DType::kU8, "U8", 1}};
+
+std::string errno_text() {
+  return std::strerror(errno);
+}
+
+// numel of `shape`, or -1 when a dimension is negative or the product overflows.
+int64_t checked_numel(const std::vector<int64_t>& shape) {
+  int64_t n = 1;
+  for (int64_t d : shape) {
+    if (d < 0) return -1;
+    if (d != 0 && n > std::numeric_limits<int64_t>::max() / d) return -1;
+    n *= d;
+  }
+  return n;
+}
+
+void put_u64_le(uint64_t v, std::byte* out) {
+  for (int i = 0; i < 8; ++i)
+    out[i] = static_cast<std::byte>((v >> (8 * i)) & 0xff);
+}
+
+uint64_t get_u64_le(const std::byte* in) {
+  uint64_t v = 0;
+  for (int i = 7; i >= 0; --i)
+    v = (v << 8) | static_cast<uint64_t>(in[i]);
+  return v;
+}
+
+// Writes all of [data, data + size) to fd, retrying short writes and EINTR.
+Status write_all(int fd, const void* data, size_t size, const std::string& path) {
+  const char* p = static_cast<const char*>(data);
+  while (size > 0) {
+    ssize_t n = ::write(fd, p, size);
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      return Status::io_error(path + ": write failed: " + errno_text());
+    }
+    p += n;
+    size -= static_cast<size_t>(n);
+  }
+  return Status();
+}
+
+}  // namespace
+
+std::string_view dtype_name(DType dtype) {
+  for (const DTypeName& d : kDTypes) {
+    if (d.dtype == dtype) return d.name;
+  }
+  return "?";
+}
+
+size_t dtype_size(DType dtype) {
+  for (const DTypeName& d : kDTypes) {
+    if (d.dtype == dtype) return d.size;
+  }
+  return 0;
+}
+
+Status write_safetensors(const std::string& path, std::span<const TensorRef> tensors,
+                         const std::map<std::string, std::string>& metadata) {
+  nlohmann::ordered_json header = nlohmann::ordered_json::object();
+  if (!metadata.empty()) header["__metadata__"] = metadata;
+  std::set<std::string_view> names;
+  uint64_t offset = 0;
+  for (const TensorRef& t : tensors) {
+    if (t.name == "__metadata__" || !names.insert(t.name).second) {
+      return Status::invalid_argument(path + ": tensor name '" + t.name +
+                                      "' is reserved or used twice");
+    }
+    const int64_t numel = checked_numel(t.shape);
+    if (numel < 0) {
+      return Status::invalid_argument(path + ": tensor '" + t.name + "' has an invalid shape");
+    }
+    if (numel > 0 && t.data == nullptr) {
+      return Status::invalid_argument(path + ": tensor '" + t.name + "' has no data");
+    }
+    const uint64_t bytes = static_cast<uint64_t>(numel) * dtype_size(t.dtype);
+    header[t.name] = {{"dtype", dtype_name(t.dtype)},
+                      {"shape", t.shape},
+                      {"data_offsets", {offset, offset + bytes}}};
+    offset += bytes;
+  }
+  std::string header_text = header.dump();
+  const size_t padded = (kHeaderLengthBytes + header_text.size() + kDataAlignment - 1) /
+                            kDataAlignment * kDataAlignment -
+                        kHeaderLengthBytes;
+  header_text.append(padded - header_text.size(), ' ');
+  std::byte length[kHeaderLengthBytes];
+  put_u64_le(header_text.size(), length);
+
+  const std::string tmp = path + ".tmp";
+  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd < 0) return Status::io_error(tmp + ": cannot create: " + errno_text());
+  Status status = write_all(fd, length, sizeof(length), tmp);
+  if (status.ok()) status = write_all(fd, header_text.data(), header_text.size(), tmp);
+  for (const TensorRef& t : tensors) {
+    if (!status.ok()) break;
+    const size_t bytes = static_cast<size_t>(checked_numel(t.shape)) * dtype_size(t.dtype);
+    status = write_all(fd, t.data, bytes, tmp);
+  }
+  if (status.ok() && ::fsync(fd) != 0) {
+    status = Status::io_error(tmp + ": fsync failed: " + errno_text());
+  }
+  if (::close(fd) != 0 && status.ok()) {
+    status = Status::io_error(tmp + ": close failed: " + errno_text());
+  }
+  if (status.ok() && std::rename(tmp.c_str(), path.c_str()) != 0) {
+    status = Status::io_error(tmp + ": rename to " + path + " failed: " + errno_text());
+  }
+  if (!status.ok()) ::unlink(tmp.c_str());
+  return status;
+}
+
+Result<SafetensorsFile> SafetensorsFile::open(const std::string& path) {
+  SafetensorsFile file;
+  file.path_ = path;
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return Status::io_error(path + ": cannot open: " + errno_text());
+  struct stat st {};
+  if (::fstat(fd, &st) != 0) {
+    ::close(fd);
+    return Status::io_error(path + ": cannot stat: " + errno_text());
+  }
+  file.contents_.resize(static_cast<size_t>(st.st_size));
+  size_t done = 0;
+  while (done < file.contents_.size()) {
+    ssize_t n = ::read(fd, file.contents_.data() + done, file.contents_.size() - done);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) {
+      ::close(fd);
+      return Status::io_error(path + ": read failed at byte " + std::to_string(done) + ": " +
+                              (n == 0 ? std::string("unexpected end of file") : errno_text()));
+    }
+    done += static_cast<size_t>(n);
+  }
+  ::close(fd);
+
+  const size_t size = file.contents_.size();
+  if (size < kHeaderLengthBytes) {
+    return Status::corruption(path + ": " + std::to_string(size) +
+                              " bytes, shorter than the 8-byte header length");
+  }
+  const uint64_t header_bytes = get_u64_le(file.contents_.data());
+  if (header_bytes > kMaxHeaderBytes || header_bytes > size - kHeaderLengthBytes) {
+    return Status::corruption(path + ": header length " + std::to_string(header_bytes) +
+                              " does not fit the file's " + std::to_string(size) + " bytes");
+  }
+  const char* text = reinterpret_cast<const char*>(file.contents_.data() + kHeaderLengthBytes);
+  nlohmann::json header = nlohmann::json::parse(text, text + header_bytes, nullptr, false);
+  if (header.is_discarded() || !header.is_object()) {
+    return Status::corruption(path + ": header is not a JSON object");
+  }
+  const std::byte* data = file.contents_.data() + kHeaderLengthBytes + header_bytes;
+  const uint64_t data_bytes = size - kHeaderLengthBytes - header_bytes;
+
+  for (auto it = header.begin(); it != header.end(); ++it) {
+    const std::string& name = it.key();
+    const nlohmann::json& e = it.value();
+    if (name == "__metadata__") {
+      if (!e.is_object()) return Status::corruption(path + ": __metadata__ is not an object");
+      for (auto m = e.begin(); m != e.end(); ++m) {
+        if (!m.value().is_string()) {
+          return Status::corruption(path + ": __metadata__." + m.key() + " is not a string");
+        }
+        file.metadata_[m.key()] = m.value().get<std::string>();
+      }
+      continue;
+    }
+    const std::string where = path + ": tensor '" + name + "'";
+    if (!e.is_object() || !e.contains("dtype") || !e.contains("shape") ||
+        !e.contains("data_offsets") || !e["dtype"].is_string() || !e["shape"].is_array() ||
+        !e["data_offsets"].is_array() || e["data_offsets"].size() != 2) {
+      return Status::corruption(where + ": needs dtype, shape and two data_offsets");
+    }
+    TensorEntry entry;
+    entry.name = name;
+    const std::string dtype = e["dtype"].get<std::string>();
+    const DTypeName* known = nullptr;
+    for (const DTypeName& d : kDTypes) {
+      if (d.name == dtype) known = &d;
+    }
+    if (known == nullptr) return Status::corruption(where + ": unsupported dtype " + dtype);
+    entry.dtype = known->dtype;
+    for (const nlohmann::json& d : e["shape"]) {
+      if (!d.is_number_integer()) return Status::corruption(where + ": shape is not integers");
+      entry.shape.push_back(d.get<int64_t>());
+    }
+    const int64_t numel = checked_numel(entry.shape);
+    const nlohmann::json& offsets = e["data_offsets"];
+    if (numel < 0 || !offsets[0].is_number_unsigned() || !offsets[1].is_number_unsigned()) {
+      return Status::corruption(where + ": invalid shape or data_offsets");
+    }
+    const uint64_t begin = offsets[0].get<uint64_t>();
+    const uint64_t end = offsets[1].get<uint64_t>();
+    if (begin > end || end > data_bytes ||
+        end - begin != static_cast<uint64_t>(numel) * known->size) {
+      return Status::corruption(where + ": data_offsets [" + std::to_string(begin) + ", " +
+                                std::to_string(end) + ") do not hold its shape within the " +
+                                std::to_string(data_bytes) + " data bytes");
+    }
+    entry.bytes = std::span<const std::byte>(data + begin, end - begin);
+    file.tensors_.push_back(std::move(entry));
+  }
+  // Entries must tile the data section: sorted by offset, each starts where the previous ended.
+  std::sort(
+      file.tensors_.begin(), file.tensors_.end(),
+      [](const TensorEntry& a, const TensorEntry& b) { return a.bytes.data() < b.bytes.data(); });
+  const std::byte* expected = data;
+  for (const TensorEntry& t : file.tensors_) {
+    if (t.bytes.data() != expected) {
+      return Status::corruption(path + ": tensor '" + t.name +
+                                "' does not start where the previous one ends (overlap or gap)");
+    }
+    expected += t.bytes.size();
+  }
+  if (expected != data + data_bytes) {
+    return Status::corruption(path + ": " + std::to_string(data + data_bytes - expected) +
+                              " bytes after the last tensor");
+  }
+  return file;
+}
+
+Result<TensorEntry> SafetensorsFile::get(std::string_view name) const {
+  for (const TensorEntry& t : tensors_) {
+    if (t.name == name) return t;
+  }
+  return Status::not_found(path_ + ": no tensor '" + std::string(name) + "'");
+}
+
+}  // namespace kiln::ckpt
