@@ -10,22 +10,22 @@ tcmalloc is caught; a hung or memory-hungry child is killed; Kiln's medians, rat
 failures reach the table, results.json and the exit status. The driver tests measure the
 peaks, so the whole file takes about a minute.
 """
-import importlib.machinery
-import importlib.util
 import json
 import os
-import stat
 import subprocess
 import sys
 import tempfile
-import textwrap
-import time
 import unittest
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(HERE))
 sys.path.insert(0, HERE)
+sys.path.insert(0, os.path.join(os.path.dirname(HERE), "lib"))
+import driver_testing  # noqa: E402
 import op_counts  # noqa: E402
+import torch_env  # noqa: E402
+# bench/lib's tests (the guards and helpers this driver relies on) run with this file's.
+from torch_env_test import GuardsTest, HelpersTest  # noqa: E402,F401
 
 RUN = os.path.join(HERE, "run")
 TORCH_BENCH = os.path.join(HERE, "torch_ops_bench.py")
@@ -33,15 +33,7 @@ TORCH_PYTHON = "/usr/bin/python3"
 CHILD_TIMEOUT_S = 300  # a driver run with the peaks takes under a minute
 
 
-def load_driver():
-    loader = importlib.machinery.SourceFileLoader("ops_run", RUN)
-    spec = importlib.util.spec_from_loader("ops_run", loader)
-    module = importlib.util.module_from_spec(spec)
-    loader.exec_module(module)
-    return module
-
-
-driver = load_driver()
+driver = driver_testing.load_script(RUN, "ops_run")
 
 
 class CountsTest(unittest.TestCase):
@@ -128,66 +120,15 @@ class TorchBenchTest(unittest.TestCase):
         line = json.loads(r.stdout)
         self.assertIs(line["tcmalloc"], False)
         self.assertIn("libopenblas", line["blas"])
-        env["LD_PRELOAD"] = driver.tcmalloc_path()
+        env["LD_PRELOAD"] = torch_env.tcmalloc_path()
         r = self.run_torch(["--op", "gelu", "--shape", "N=64", "--threads", "1", "--iters", "1",
                             "--json"], env=env)
         self.assertIs(json.loads(r.stdout)["tcmalloc"], True)
 
 
-class GuardsTest(unittest.TestCase):
-    LIB = "/x/openblas-openmp"
-
-    def test_library_check(self):
-        check = driver.check_torch_libraries
-        good = {"blas": self.LIB + "/libopenblasp-r0.3.21.so", "blas_threading": "openmp",
-                "tcmalloc": True}
-        self.assertIsNone(check(good, True, self.LIB))
-        system = {"blas": "/usr/lib/x86_64-linux-gnu/openblas-pthread/libopenblasp-r0.3.21.so",
-                  "blas_threading": "pthread", "tcmalloc": True}
-        self.assertIn("not the OpenMP OpenBLAS", check(system, True, self.LIB))
-        self.assertIn("libtcmalloc", check(dict(good, tcmalloc=False), True, self.LIB))
-        self.assertIn("no libopenblas", check({"tcmalloc": True}, True, self.LIB))
-        self.assertIsNone(check(dict(system, tcmalloc=False), False, self.LIB))
-        self.assertIn("OpenMP", check(dict(good, tcmalloc=False), False, self.LIB))
-        self.assertIn("libtcmalloc", check(system, False, self.LIB))
-
-    def test_hung_child_is_killed(self):
-        start = time.monotonic()
-        r = driver.run_child([sys.executable, "-c", "import time; time.sleep(60)"], 1)
-        self.assertTrue(r["timed_out"])
-        self.assertLess(time.monotonic() - start, 10)
-        self.assertIn("hung", driver.failure("x", r, 1))
-
-    def test_memory_hungry_child_is_killed(self):
-        grow = "b = []\nwhile True: b.append(bytearray(1 << 24))"  # 16 MiB at a time, touched
-        r = driver.run_child([sys.executable, "-c", grow], 60, rss_cap_kib=256 * 1024,
-                             poll_s=driver.MEMORY_POLL_S)
-        self.assertTrue(r["over_memory"])
-        self.assertGreaterEqual(r["maxrss_kib"], 256 * 1024)
-        self.assertLess(r["maxrss_kib"], 1 << 20)  # stopped long before 1 GiB
-
-    def test_peak_rss_is_the_childs_own(self):
-        size_mib = 300
-        r = driver.run_child([sys.executable, "-c", f"b = bytearray({size_mib} << 20)"], 60)
-        self.assertEqual(r["rc"], 0)
-        self.assertGreater(r["maxrss_kib"], size_mib * 1024)
-        self.assertLess(r["maxrss_kib"], (size_mib + 100) * 1024)
-
-
-FAKE_KILN = textwrap.dedent("""\
-    #!/usr/bin/env python3
-    # A stand-in for `kiln`: ops-bench prints a line whose ms is FAKE_KILN_MS, or fails.
-    import json, os, sys
-    args = sys.argv[1:]
-    if args == ["--help"]:
-        print("Subcommands: version comm-bench ops-bench")
-        sys.exit(0)
-    if args == ["version"]:
-        print("kiln fake-1.0")
-        sys.exit(0)
-    if os.environ.get("FAKE_KILN_FAIL"):
-        print("ops-bench: kernel exploded", file=sys.stderr)
-        sys.exit(3)
+# The fake `kiln`'s ops-bench: a line whose ms is FAKE_KILN_MS (bench/lib/driver_testing.py
+# answers --help and version, and fails with "ops-bench: kernel exploded" under FAKE_KILN_FAIL).
+FAKE_OPS_BENCH = """\
     flags = dict(zip(args[1::2], args[2::2]))
     shape = dict(kv.split("=") for kv in flags["--shape"].split(","))
     if flags["--op"] == "attention":
@@ -197,16 +138,15 @@ FAKE_KILN = textwrap.dedent("""\
                       "threads": 2, "isa": "fake", "iters": 1,
                       "ms": float(os.environ["FAKE_KILN_MS"]), "flops": 0, "gflops": 0,
                       "bytes": 12345, "gbps": 0}))
-    """)
+    """
 
 
 class DriverTest(unittest.TestCase):
     def setUp(self):
         self.tmp = tempfile.TemporaryDirectory(prefix="ops-run-test-")
-        self.kiln = os.path.join(self.tmp.name, "kiln")
-        with open(self.kiln, "w", encoding="utf-8") as fh:
-            fh.write(FAKE_KILN)
-        os.chmod(self.kiln, os.stat(self.kiln).st_mode | stat.S_IXUSR)
+        self.kiln = driver_testing.write_fake_kiln(
+            self.tmp.name, ["version", "comm-bench", "ops-bench"], "kiln fake-1.0",
+            "ops-bench: kernel exploded", FAKE_OPS_BENCH)
         self.out = os.path.join(self.tmp.name, "results.json")
 
     def tearDown(self):

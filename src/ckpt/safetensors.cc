@@ -38,17 +38,6 @@ std::string errno_text() {
   return std::strerror(errno);
 }
 
-// numel of `shape`, or -1 when a dimension is negative or the product overflows.
-int64_t checked_numel(const std::vector<int64_t>& shape) {
-  int64_t n = 1;
-  for (int64_t d : shape) {
-    if (d < 0) return -1;
-    if (d != 0 && n > std::numeric_limits<int64_t>::max() / d) return -1;
-    n *= d;
-  }
-  return n;
-}
-
 void put_u64_le(uint64_t v, std::byte* out) {
   for (int i = 0; i < 8; ++i)
     out[i] = static_cast<std::byte>((v >> (8 * i)) & 0xff);
@@ -85,6 +74,16 @@ std::string_view dtype_name(DType dtype) {
   return "?";
 }
 
+int64_t shape_numel(std::span<const int64_t> shape) {
+  int64_t n = 1;
+  for (int64_t d : shape) {
+    if (d < 0) return -1;
+    if (d != 0 && n > std::numeric_limits<int64_t>::max() / d) return -1;
+    n *= d;
+  }
+  return n;
+}
+
 size_t dtype_size(DType dtype) {
   for (const DTypeName& d : kDTypes) {
     if (d.dtype == dtype) return d.size;
@@ -92,23 +91,25 @@ size_t dtype_size(DType dtype) {
   return 0;
 }
 
-Status write_safetensors(const std::string& path, std::span<const TensorRef> tensors,
-                         const std::map<std::string, std::string>& metadata) {
+Result<std::string> encode_safetensors_header(std::span<const TensorRef> tensors,
+                                              const std::map<std::string, std::string>& metadata,
+                                              const std::string& what, uint64_t* data_bytes) {
   nlohmann::ordered_json header = nlohmann::ordered_json::object();
   if (!metadata.empty()) header["__metadata__"] = metadata;
   std::set<std::string_view> names;
   uint64_t offset = 0;
   for (const TensorRef& t : tensors) {
     if (t.name == "__metadata__" || !names.insert(t.name).second) {
-      return Status::invalid_argument(path + ": tensor name '" + t.name +
+      return Status::invalid_argument(what + ": tensor name '" + t.name +
                                       "' is reserved or used twice");
     }
-    const int64_t numel = checked_numel(t.shape);
-    if (numel < 0) {
-      return Status::invalid_argument(path + ": tensor '" + t.name + "' has an invalid shape");
+    const int64_t numel = shape_numel(t.shape);
+    if (numel < 0 || dtype_size(t.dtype) == 0) {
+      return Status::invalid_argument(what + ": tensor '" + t.name +
+                                      "' has an invalid shape or dtype");
     }
     if (numel > 0 && t.data == nullptr) {
-      return Status::invalid_argument(path + ": tensor '" + t.name + "' has no data");
+      return Status::invalid_argument(what + ": tensor '" + t.name + "' has no data");
     }
     const uint64_t bytes = static_cast<uint64_t>(numel) * dtype_size(t.dtype);
     header[t.name] = {{"dtype", dtype_name(t.dtype)},
@@ -116,22 +117,29 @@ Status write_safetensors(const std::string& path, std::span<const TensorRef> ten
                       {"data_offsets", {offset, offset + bytes}}};
     offset += bytes;
   }
-  std::string header_text = header.dump();
-  const size_t padded = (kHeaderLengthBytes + header_text.size() + kDataAlignment - 1) /
-                            kDataAlignment * kDataAlignment -
-                        kHeaderLengthBytes;
-  header_text.append(padded - header_text.size(), ' ');
-  std::byte length[kHeaderLengthBytes];
-  put_u64_le(header_text.size(), length);
+  std::string text = header.dump();
+  const size_t padded =
+      (kHeaderLengthBytes + text.size() + kDataAlignment - 1) / kDataAlignment * kDataAlignment -
+      kHeaderLengthBytes;
+  text.append(padded - text.size(), ' ');
+  std::string out(kHeaderLengthBytes, '\0');
+  put_u64_le(text.size(), reinterpret_cast<std::byte*>(out.data()));
+  out += text;
+  if (data_bytes != nullptr) *data_bytes = offset;
+  return out;
+}
 
+Status write_safetensors(const std::string& path, std::span<const TensorRef> tensors,
+                         const std::map<std::string, std::string>& metadata) {
+  KILN_ASSIGN_OR_RETURN(std::string header,
+                        encode_safetensors_header(tensors, metadata, path, nullptr));
   const std::string tmp = path + ".tmp";
   const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   if (fd < 0) return Status::io_error(tmp + ": cannot create: " + errno_text());
-  Status status = write_all(fd, length, sizeof(length), tmp);
-  if (status.ok()) status = write_all(fd, header_text.data(), header_text.size(), tmp);
+  Status status = write_all(fd, header.data(), header.size(), tmp);
   for (const TensorRef& t : tensors) {
     if (!status.ok()) break;
-    const size_t bytes = static_cast<size_t>(checked_numel(t.shape)) * dtype_size(t.dtype);
+    const size_t bytes = static_cast<size_t>(shape_numel(t.shape)) * dtype_size(t.dtype);
     status = write_all(fd, t.data, bytes, tmp);
   }
   if (status.ok() && ::fsync(fd) != 0) {
@@ -148,8 +156,7 @@ Status write_safetensors(const std::string& path, std::span<const TensorRef> ten
 }
 
 Result<SafetensorsFile> SafetensorsFile::open(const std::string& path) {
-  SafetensorsFile file;
-  file.path_ = path;
+  std::vector<std::byte> contents;
   const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0) return Status::io_error(path + ": cannot open: " + errno_text());
   struct stat st {};
@@ -157,10 +164,10 @@ Result<SafetensorsFile> SafetensorsFile::open(const std::string& path) {
     ::close(fd);
     return Status::io_error(path + ": cannot stat: " + errno_text());
   }
-  file.contents_.resize(static_cast<size_t>(st.st_size));
+  contents.resize(static_cast<size_t>(st.st_size));
   size_t done = 0;
-  while (done < file.contents_.size()) {
-    ssize_t n = ::read(fd, file.contents_.data() + done, file.contents_.size() - done);
+  while (done < contents.size()) {
+    ssize_t n = ::read(fd, contents.data() + done, contents.size() - done);
     if (n < 0 && errno == EINTR) continue;
     if (n <= 0) {
       ::close(fd);
@@ -170,21 +177,29 @@ Result<SafetensorsFile> SafetensorsFile::open(const std::string& path) {
     done += static_cast<size_t>(n);
   }
   ::close(fd);
+  return from_bytes(path, std::move(contents));
+}
 
+Result<SafetensorsFile> SafetensorsFile::from_bytes(std::string path,
+                                                    std::vector<std::byte> contents) {
+  SafetensorsFile file;
+  file.path_ = std::move(path);
+  file.contents_ = std::move(contents);
+  const std::string& path_ref = file.path_;
   const size_t size = file.contents_.size();
   if (size < kHeaderLengthBytes) {
-    return Status::corruption(path + ": " + std::to_string(size) +
+    return Status::corruption(path_ref + ": " + std::to_string(size) +
                               " bytes, shorter than the 8-byte header length");
   }
   const uint64_t header_bytes = get_u64_le(file.contents_.data());
   if (header_bytes > kMaxHeaderBytes || header_bytes > size - kHeaderLengthBytes) {
-    return Status::corruption(path + ": header length " + std::to_string(header_bytes) +
+    return Status::corruption(path_ref + ": header length " + std::to_string(header_bytes) +
                               " does not fit the file's " + std::to_string(size) + " bytes");
   }
   const char* text = reinterpret_cast<const char*>(file.contents_.data() + kHeaderLengthBytes);
   nlohmann::json header = nlohmann::json::parse(text, text + header_bytes, nullptr, false);
   if (header.is_discarded() || !header.is_object()) {
-    return Status::corruption(path + ": header is not a JSON object");
+    return Status::corruption(path_ref + ": header is not a JSON object");
   }
   const std::byte* data = file.contents_.data() + kHeaderLengthBytes + header_bytes;
   const uint64_t data_bytes = size - kHeaderLengthBytes - header_bytes;
@@ -193,16 +208,16 @@ Result<SafetensorsFile> SafetensorsFile::open(const std::string& path) {
     const std::string& name = it.key();
     const nlohmann::json& e = it.value();
     if (name == "__metadata__") {
-      if (!e.is_object()) return Status::corruption(path + ": __metadata__ is not an object");
+      if (!e.is_object()) return Status::corruption(path_ref + ": __metadata__ is not an object");
       for (auto m = e.begin(); m != e.end(); ++m) {
         if (!m.value().is_string()) {
-          return Status::corruption(path + ": __metadata__." + m.key() + " is not a string");
+          return Status::corruption(path_ref + ": __metadata__." + m.key() + " is not a string");
         }
         file.metadata_[m.key()] = m.value().get<std::string>();
       }
       continue;
     }
-    const std::string where = path + ": tensor '" + name + "'";
+    const std::string where = path_ref + ": tensor '" + name + "'";
     if (!e.is_object() || !e.contains("dtype") || !e.contains("shape") ||
         !e.contains("data_offsets") || !e["dtype"].is_string() || !e["shape"].is_array() ||
         !e["data_offsets"].is_array() || e["data_offsets"].size() != 2) {
@@ -221,7 +236,7 @@ Result<SafetensorsFile> SafetensorsFile::open(const std::string& path) {
       if (!d.is_number_integer()) return Status::corruption(where + ": shape is not integers");
       entry.shape.push_back(d.get<int64_t>());
     }
-    const int64_t numel = checked_numel(entry.shape);
+    const int64_t numel = shape_numel(entry.shape);
     const nlohmann::json& offsets = e["data_offsets"];
     if (numel < 0 || !offsets[0].is_number_unsigned() || !offsets[1].is_number_unsigned()) {
       return Status::corruption(where + ": invalid shape or data_offsets");
@@ -244,13 +259,13 @@ Result<SafetensorsFile> SafetensorsFile::open(const std::string& path) {
   const std::byte* expected = data;
   for (const TensorEntry& t : file.tensors_) {
     if (t.bytes.data() != expected) {
-      return Status::corruption(path + ": tensor '" + t.name +
+      return Status::corruption(path_ref + ": tensor '" + t.name +
                                 "' does not start where the previous one ends (overlap or gap)");
     }
     expected += t.bytes.size();
   }
   if (expected != data + data_bytes) {
-    return Status::corruption(path + ": " + std::to_string(data + data_bytes - expected) +
+    return Status::corruption(path_ref + ": " + std::to_string(data + data_bytes - expected) +
                               " bytes after the last tensor");
   }
   return file;

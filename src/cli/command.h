@@ -38,6 +38,13 @@ Command add_store_command(CLI::App& parent);
 Command add_comm_bench_command(CLI::App& parent);
 Command add_ops_check_command(CLI::App& parent);
 Command add_ops_bench_command(CLI::App& parent);
+Command add_ckpt_command(CLI::App& parent);
+Command add_train_command(CLI::App& parent);
+Command add_sample_command(CLI::App& parent);
+Command add_export_command(CLI::App& parent);
+Command add_tokenize_command(CLI::App& parent);
+Command add_encode_command(CLI::App& parent);
+Command add_decode_command(CLI::App& parent);
 
 // Opens the log sink the global flags ask for. On failure prints the error to stderr and returns
 // null; the caller exits with kExitBadInput.

@@ -24,7 +24,10 @@ int main(int argc, char** argv) {
       kiln::cli::add_version_command(app),    kiln::cli::add_facts_command(app),
       kiln::cli::add_agent_command(app),      kiln::cli::add_store_command(app),
       kiln::cli::add_comm_bench_command(app), kiln::cli::add_ops_check_command(app),
-      kiln::cli::add_ops_bench_command(app),
+      kiln::cli::add_ops_bench_command(app),  kiln::cli::add_train_command(app),
+      kiln::cli::add_sample_command(app),     kiln::cli::add_export_command(app),
+      kiln::cli::add_tokenize_command(app),   kiln::cli::add_encode_command(app),
+      kiln::cli::add_decode_command(app),     kiln::cli::add_ckpt_command(app),
   };
   try {
     app.parse(argc, argv);

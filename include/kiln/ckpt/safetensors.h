@@ -33,6 +33,8 @@ enum class DType { kF32, kBF16, kI32, kI64, kU8 };
 // "F32", "BF16", "I32", "I64", "U8": the names the format uses.
 std::string_view dtype_name(DType dtype);
 size_t dtype_size(DType dtype);
+// The number of elements of `shape`, or -1 when a dimension is negative or the product overflows.
+int64_t shape_numel(std::span<const int64_t> shape);
 
 // A tensor to write: `data` points at numel(shape) * dtype_size(dtype) bytes.
 struct TensorRef {
@@ -41,6 +43,15 @@ struct TensorRef {
   std::vector<int64_t> shape;
   const void* data = nullptr;
 };
+
+// The bytes of a file before its tensors' data: the 8-byte length, the JSON header ("__metadata__"
+// first when `metadata` is not empty, then `tensors` in order, offsets back to back) padded with
+// spaces to a multiple of 8. kInvalidArgument, prefixed with `what` (a file name), for a
+// reserved or duplicate name, a negative shape or missing data. `data_bytes` (may be null) gets
+// the size of the data section that must follow.
+Result<std::string> encode_safetensors_header(std::span<const TensorRef> tensors,
+                                              const std::map<std::string, std::string>& metadata,
+                                              const std::string& what, uint64_t* data_bytes);
 
 // Writes `path` with `tensors` in the given order and `metadata` as "__metadata__". The file is
 // written under `path` + ".tmp", fsynced and renamed into place, so a crash leaves either the old
@@ -61,6 +72,8 @@ class SafetensorsFile {
   // kIoError when the file cannot be read, kCorruption naming the file and the field when its
   // header is wrong (truncated, bad JSON, unknown dtype, offsets out of range or inconsistent).
   static Result<SafetensorsFile> open(const std::string& path);
+  // The same validation on a file's bytes already in memory; `path` names it in errors.
+  static Result<SafetensorsFile> from_bytes(std::string path, std::vector<std::byte> contents);
 
   // Movable (entries keep pointing into the moved buffer), not copyable.
   SafetensorsFile(SafetensorsFile&&) = default;

@@ -1,0 +1,328 @@
+#!/usr/bin/env python3
+"""Tests of bench/train: the PyTorch model and trainer, and the driver (through a fake `kiln`
+that prints `kiln train --json` lines, so the figures it reports are known).
+
+  /usr/bin/python3 bench/train/run_test.py [-v]
+
+What users rely on: a Kiln safetensors file loads by name with every shape checked and a bad
+one is named; torch_train.py follows the config and the flags, prints Kiln's JSON fields, and
+starts from --init exactly; the driver computes tokens/s from steps 2..S only, checks Kiln's
+flops_per_token against its own, reports the goals, fails on a failed run and says n/a for a
+missing Kiln. The driver tests run real torch on the real shards for two steps, so the file
+takes one to two minutes. bench/lib's tests run here too.
+"""
+import json
+import os
+import struct
+import subprocess
+import sys
+import tempfile
+import unittest
+
+import numpy as np
+import torch
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(os.path.dirname(HERE))
+sys.path.insert(0, HERE)
+sys.path.insert(0, os.path.join(ROOT, "bench", "lib"))
+import driver_testing  # noqa: E402
+import gpt2_torch  # noqa: E402
+import train_config  # noqa: E402
+# bench/lib's tests (what the driver and torch_train.py rely on) run with this file's.
+from kiln_data_test import LoaderTest, RngTest, ShardTest  # noqa: E402,F401
+from torch_env_test import GuardsTest, HelpersTest  # noqa: E402,F401
+
+RUN = os.path.join(HERE, "run")
+TORCH_TRAIN = os.path.join(HERE, "torch_train.py")
+TORCH_PYTHON = "/usr/bin/python3"
+CHILD_TIMEOUT_S = 600  # a quick driver run takes about a minute
+SHARDS = os.path.join(ROOT, "data", "sotu", "train")
+SMALL = gpt2_torch.GptConfig(n_layer=2, n_head=2, n_embd=16, block_size=32, vocab_size=97)
+
+
+def write_safetensors(path, tensors, metadata):
+    """A minimal safetensors writer (F32/I32), as Kiln's export lays files out."""
+    header, blobs, offset = {}, [], 0
+    for name, t in tensors.items():
+        data = t.contiguous().numpy().tobytes()
+        dtype = {torch.float32: "F32", torch.int32: "I32"}[t.dtype]
+        header[name] = {"dtype": dtype, "shape": list(t.shape),
+                        "data_offsets": [offset, offset + len(data)]}
+        blobs.append(data)
+        offset += len(data)
+    header["__metadata__"] = metadata
+    text = json.dumps(header).encode()
+    with open(path, "wb") as fh:
+        fh.write(struct.pack("<Q", len(text)) + text + b"".join(blobs))
+
+
+def small_metadata(config):
+    meta = {k: str(getattr(config, k)) for k in train_config.MODEL_KEYS}
+    return dict(meta, format="kiln-gpt2")
+
+
+def write_shards(directory, n, vocab, seed):
+    os.makedirs(directory)
+    tokens = np.random.default_rng(seed).integers(0, vocab, n).astype("<u2")
+    with open(os.path.join(directory, "shard_000000.bin"), "wb") as fh:
+        fh.write(struct.pack("<8sIIQQ", b"KILNTOK1", 1, 32, n, 0) + tokens.tobytes())
+
+
+class ModelTest(unittest.TestCase):
+    def test_counts_match_the_module(self):
+        model = gpt2_torch.Gpt2(SMALL)
+        self.assertEqual(SMALL.num_params, sum(p.numel() for p in model.parameters()))
+        tiny = train_config.load(os.path.join(ROOT, "configs", "tiny.yaml")).model
+        self.assertEqual(tiny.num_params, 30044544)  # Kiln's "params" for tiny
+        self.assertEqual(tiny.flops_per_token(256), 6 * 30044544 + 6 * 6 * 384 * 256)
+        self.assertEqual(tiny.padded_vocab, 50304)
+
+    def test_fused_and_written_out_attention_agree(self):
+        a = gpt2_torch.Gpt2(SMALL, attention="manual").double()
+        a.init_weights(3)
+        b = gpt2_torch.Gpt2(SMALL, attention="fused").double()
+        b.load_state_dict(a.state_dict())
+        x = torch.randint(0, SMALL.vocab_size, (2, 11))
+        self.assertLess(float((a(x)[0] - b(x)[0]).abs().max()), 1e-12)
+
+    def test_attention_is_causal(self):
+        model = gpt2_torch.Gpt2(SMALL).double()
+        model.init_weights(4)
+        x = torch.randint(0, SMALL.vocab_size, (1, 12))
+        y = x.clone()
+        y[0, 8:] = (y[0, 8:] + 1) % SMALL.vocab_size  # change only the future of position 7
+        self.assertLess(float((model(x)[0][0, :8] - model(y)[0][0, :8]).abs().max()), 1e-12)
+
+    def test_kiln_file_loads_by_name_and_bad_files_are_named(self):
+        source = gpt2_torch.Gpt2(SMALL)
+        source.init_weights(5)
+        with tempfile.TemporaryDirectory(prefix="gpt2-torch-test-") as tmp:
+            path = os.path.join(tmp, "w.safetensors")
+            tensors = {n: p.detach() for n, p in source.named_parameters()}
+            write_safetensors(path, tensors, small_metadata(SMALL))
+            model = gpt2_torch.load_kiln_weights(path, dtype=torch.float64)
+            for name, p in model.named_parameters():
+                self.assertTrue(torch.equal(p.float(), tensors[name]), name)
+            bad = dict(tensors, **{"h.0.attn.qkv.weight": torch.zeros(16, 48)})  # transposed
+            write_safetensors(path, bad, small_metadata(SMALL))
+            with self.assertRaisesRegex(ValueError, "h.0.attn.qkv.weight has shape"):
+                gpt2_torch.load_kiln_weights(path)
+            del bad["ln_f.bias"]
+            write_safetensors(path, bad, small_metadata(SMALL))
+            with self.assertRaisesRegex(ValueError, "missing \\['ln_f.bias'\\]"):
+                gpt2_torch.load_kiln_weights(path)
+            write_safetensors(path, tensors, dict(small_metadata(SMALL), format="other"))
+            with self.assertRaisesRegex(ValueError, "format"):
+                gpt2_torch.load_kiln_weights(path)
+
+    def test_schedule_is_kilns(self):
+        h = gpt2_torch.Hyper(lr=6e-4, min_lr=6e-5, warmup_steps=30, max_steps=300,
+                             weight_decay=0.1, beta1=0.9, beta2=0.95, eps=1e-8, grad_clip=1.0)
+        self.assertAlmostEqual(gpt2_torch.learning_rate(h, 1), 6e-4 / 30)
+        self.assertAlmostEqual(gpt2_torch.learning_rate(h, 30), 6e-4)
+        self.assertAlmostEqual(gpt2_torch.learning_rate(h, 165), (6e-4 + 6e-5) / 2)
+        self.assertEqual(gpt2_torch.learning_rate(h, 300), 6e-5)
+
+    def test_decay_groups(self):
+        groups = gpt2_torch.param_groups(gpt2_torch.Gpt2(SMALL), 0.1)
+        self.assertEqual(sum(p.numel() for p in groups[0]["params"]),
+                         SMALL.num_params - sum(p.numel() for p in groups[1]["params"]))
+        self.assertTrue(all(p.dim() == 2 for p in groups[0]["params"]))
+        self.assertTrue(all(p.dim() == 1 for p in groups[1]["params"]))
+        self.assertEqual(groups[1]["weight_decay"], 0.0)
+
+
+class TorchTrainTest(unittest.TestCase):
+    def setUp(self):
+        self.tmp = tempfile.TemporaryDirectory(prefix="torch-train-test-")
+        d = self.tmp.name
+        write_shards(os.path.join(d, "train"), 4000, SMALL.vocab_size, 1)
+        write_shards(os.path.join(d, "val"), 1000, SMALL.vocab_size, 2)
+        model = ", ".join(f"{k}: {getattr(SMALL, k)}" for k in train_config.MODEL_KEYS)
+        self.config = os.path.join(d, "small.yaml")
+        with open(self.config, "w", encoding="utf-8") as fh:
+            fh.write(f"model: {{{model}}}\ndata: {{train: {d}/train, val: {d}/val}}\n"
+                     "train: {batch: 2, seq: 16, max_steps: 5, warmup_steps: 2, val_every: 2, "
+                     "val_batches: 2, threads: 1}\n")
+
+    def tearDown(self):
+        self.tmp.cleanup()
+
+    def train(self, *flags):
+        r = subprocess.run([TORCH_PYTHON, TORCH_TRAIN, self.config, "--json", *flags],
+                           capture_output=True, text=True, timeout=CHILD_TIMEOUT_S)
+        lines = [json.loads(x) for x in r.stdout.splitlines() if x.startswith("{")]
+        return r, lines
+
+    def test_json_lines_follow_the_config_and_flags(self):
+        r, lines = self.train("--max-steps", "4", "--peak-gflops", "10")
+        self.assertEqual(r.returncode, 0, r.stderr)
+        steps, done = lines[:-1], lines[-1]
+        self.assertEqual([x["step"] for x in steps], [1, 2, 3, 4])
+        for x in steps:
+            for key in ("loss", "lr", "grad_norm", "tokens_per_s", "step_ms", "mfu"):
+                self.assertIn(key, x)
+            self.assertAlmostEqual(x["tokens_per_s"], 2 * 16 / (x["step_ms"] / 1e3), places=3)
+            self.assertAlmostEqual(x["mfu"], SMALL.flops_per_token(16) * x["tokens_per_s"] /
+                                   10e9)
+        self.assertEqual([("val_loss" in x) for x in steps], [False, True, False, True])
+        self.assertAlmostEqual(steps[0]["lr"], 6e-4 / 2)
+        self.assertEqual(steps[-1]["lr"], 6e-5)  # max_steps 4 from the flag ends the cosine
+        self.assertEqual(done["event"], "done")
+        self.assertEqual(done["steps"], 4)
+        self.assertEqual(done["val_loss"], steps[-1]["val_loss"])
+        self.assertEqual(done["flops_per_token"], SMALL.flops_per_token(16))
+        self.assertEqual(done["torch_threads"], 1)
+        self.assertGreater(done["peak_rss_bytes"], 100 << 20)
+
+    def test_init_file_is_the_start(self):
+        source = gpt2_torch.Gpt2(SMALL)
+        source.init_weights(11)
+        init = os.path.join(self.tmp.name, "init.safetensors")
+        write_safetensors(init, {n: p.detach() for n, p in source.named_parameters()},
+                          small_metadata(SMALL))
+        r, lines = self.train("--max-steps", "1", "--init", init)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        cfg = train_config.load(self.config)
+        import kiln_data  # noqa: E402  (only this test needs the loader)
+        loader = kiln_data.Loader(kiln_data.read_stream(cfg.data["train"]), 2, 16, 1337)
+        x, y = loader.next()
+        _, loss = source(torch.from_numpy(x), torch.from_numpy(y))
+        self.assertAlmostEqual(lines[0]["loss"], float(loss), places=5)
+
+    def test_bad_flags_and_files(self):
+        r, _ = self.train("--seq", "64")  # beyond block_size 32
+        self.assertEqual(r.returncode, 2)
+        self.assertIn("block_size", r.stderr)
+        r, _ = self.train("--threads", "0")
+        self.assertEqual(r.returncode, 2)
+        r, _ = self.train("--init", os.path.join(self.tmp.name, "missing.safetensors"))
+        self.assertEqual(r.returncode, 1)
+        self.assertIn("missing.safetensors", r.stderr)
+
+
+# The fake `kiln`'s train: S step lines with step_ms 1000 * (step + 1) and an mfu made from
+# FAKE_FLOPS (the true count unless a test says otherwise), holding FAKE_RSS_MIB of memory.
+# bench/lib/driver_testing.py answers --help and version, and fails under FAKE_KILN_FAIL.
+FAKE_TRAIN = """\
+    flags = {}
+    for i, arg in enumerate(args):
+        if arg.startswith("--") and arg != "--json":
+            flags[arg] = args[i + 1]
+    steps, tokens = int(flags["--max-steps"]), int(flags["--batch"]) * int(flags["--seq"])
+    peak = float(flags.get("--peak-gflops", "0"))
+    flops = float(os.environ["FAKE_FLOPS"])
+    held = bytearray(int(os.environ.get("FAKE_RSS_MIB", "0")) << 20)
+    for step in range(1, steps + 1):
+        ms = 1000.0 * (step + 1)
+        rate = tokens / (ms / 1e3)
+        print(json.dumps({"step": step, "loss": 5.0, "lr": 1e-4, "grad_norm": 1.0,
+                          "tokens_per_s": rate, "step_ms": ms,
+                          "mfu": flops * rate / (peak * 1e9) if peak else 0}))
+    print(json.dumps({"event": "done", "steps": steps, "train_loss": 5.0, "val_loss": None,
+                      "tokens_per_s": 1.0, "peak_rss_bytes": 1}))
+    """
+
+
+class DriverTest(unittest.TestCase):
+    TINY_FLOPS = 6 * 30044544 + 6 * 6 * 384 * 256
+
+    @classmethod
+    def setUpClass(cls):
+        cls.driver = driver_testing.load_script(RUN, "train_run")
+
+    def setUp(self):
+        self.tmp = tempfile.TemporaryDirectory(prefix="train-run-test-")
+        self.kiln = driver_testing.write_fake_kiln(
+            self.tmp.name, ["version", "train"], "kiln fake-2.0", "train: the model exploded",
+            FAKE_TRAIN)
+        self.out = os.path.join(self.tmp.name, "results.json")
+
+    def tearDown(self):
+        self.tmp.cleanup()
+
+    def drive(self, extra_env, *flags):
+        env = dict(os.environ, KILN=self.kiln, FAKE_FLOPS=str(self.TINY_FLOPS))
+        env.update(extra_env)
+        r = subprocess.run([RUN, "--quiet-wait-s", "0", "--noisy-retries", "0", "--out",
+                            self.out, *flags], capture_output=True, text=True, env=env,
+                           timeout=CHILD_TIMEOUT_S)
+        report = None
+        if os.path.exists(self.out):
+            with open(self.out, encoding="utf-8") as fh:
+                report = json.load(fh)
+        return r, report
+
+    @unittest.skipUnless(os.path.isdir(SHARDS), "run scripts/fetch-data")
+    def test_quick_run_reaches_the_table(self):
+        r, report = self.drive({"FAKE_RSS_MIB": "64"}, "--quick", "--steps", "3")
+        self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
+        kiln = report["items"]["tiny-t2"]["sides"]["kiln"]
+        # Steps 2 and 3 take 3 s and 4 s: 2 * 2048 tokens in 7 s; step 1 (2 s) is not counted.
+        self.assertAlmostEqual(kiln["tokens_per_s"], 2 * 2048 / 7.0)
+        self.assertGreater(kiln["maxrss_kib"], 64 * 1024)
+        torch_rate = report["items"]["tiny-t2"]["sides"]["torch"]["tokens_per_s"]
+        self.assertGreater(torch_rate, 0)
+        self.assertIn(f"| tiny | 8 x 256 | 2 | {2 * 2048 / 7.0:.0f} |", r.stdout)
+        self.assertIn(f"{2 * 2048 / 7.0 / torch_rate:.2f}x", r.stdout)
+        self.assertIn("Kiln's, from its MFU: 1.83806e+08 (agrees", r.stdout)
+        self.assertIn("torch_train.py's: the same", r.stdout)
+        verdict = "met" if 2 * 2048 / 7.0 >= 1.05 * torch_rate else "not met"
+        self.assertIn(f"goal, tiny on 2 thread(s): Kiln >= 1.05x tuned torch: {verdict} ",
+                      r.stdout)
+        self.assertIn("kiln fake-2.0", r.stdout)
+        self.assertIn("bench/train/run --quiet-wait-s 0", r.stdout.splitlines()[3])
+        self.assertIn("tiny-noval.yaml --batch 8 --seq 256 --threads 2 --max-steps 3",
+                      kiln["runs"][0]["argv"])
+        self.assertGreater(report["peaks"]["sgemm"]["2"], 0)
+
+    @unittest.skipUnless(os.path.isdir(SHARDS), "run scripts/fetch-data")
+    def test_wrong_flop_count_and_failure_are_reported(self):
+        r, report = self.drive({"FAKE_FLOPS": str(self.TINY_FLOPS * 1.01)}, "--quick",
+                               "--sides", "kiln")
+        self.assertEqual(r.returncode, 1, r.stdout + r.stderr)
+        self.assertIn("(DIFFERS, worst 1.0e-02)", r.stdout)
+        self.assertEqual(report["items"]["tiny-t2"]["sides"]["torch"]["runs"], [])
+        r, report = self.drive({"FAKE_KILN_FAIL": "1"}, "--quick", "--sides", "kiln")
+        self.assertEqual(r.returncode, 1)
+        self.assertIn("FAILED: kiln tiny-t2: exit 3: train: the model exploded", r.stdout)
+        self.assertIsNone(report["items"]["tiny-t2"]["sides"]["kiln"]["tokens_per_s"])
+
+    def test_goals_from_results(self):
+        d = self.driver
+
+        def side(rate, rss_mib):
+            return {"tokens_per_s": rate, "maxrss_kib": rss_mib * 1024}
+
+        items = [type("I", (), {"model": m, "threads": t, "name": f"{m}-t{t}"})
+                 for m in ("tiny", "gpt2-124m") for t in (1, 2)]
+        results = {
+            "tiny-t1": {"kiln": side(500, 1), "torch": side(476, 1)},
+            "tiny-t2": {"kiln": side(900, 1), "torch": side(900, 1)},
+            "gpt2-124m-t1": {"kiln": side(130, 900), "torch": side(70, 1000)},
+            "gpt2-124m-t2": {"kiln": side(200, 1100), "torch": side(100, 1200)},
+        }
+        lines = d.goal_lines(items, results)
+        self.assertIn("tiny on 1 thread(s): Kiln >= 1.00x tuned torch: met (1.05x)", lines[0])
+        self.assertIn("tiny on 2 thread(s): Kiln >= 1.05x tuned torch: not met (1.00x)",
+                      lines[1])
+        self.assertIn(": met (Kiln 200 tok/s on 2 thread(s), tuned torch 100 on 2: 2.00x",
+                      lines[2])
+        results["gpt2-124m-t2"]["kiln"] = side(200, 1300)  # more memory than torch's
+        self.assertIn("not met", d.goal_lines(items, results)[2])
+
+    def test_missing_kiln_and_bad_flags(self):
+        for flags in (["--models", "nope"], ["--repeats", "0"], ["--steps", "1"],
+                      ["--threads", "3"], ["--timeout-s", "0"], ["--sides", "kiln,gpu"]):
+            r = subprocess.run([RUN] + flags, capture_output=True, text=True,
+                               timeout=CHILD_TIMEOUT_S)
+            self.assertEqual(r.returncode, 2, flags)
+        os.remove(self.kiln)
+        r, _ = self.drive({}, "--learning", "--quick")
+        self.assertEqual(r.returncode, 1)
+        self.assertIn("no binary at", r.stdout)
+
+
+if __name__ == "__main__":
+    unittest.main()

@@ -1,0 +1,99 @@
+// The single-process trainer behind `kiln train`: GPT-2 on token shards, AdamW, a warmup+cosine
+// schedule, periodic validation.
+//
+// One optimizer step (llm.c's train_gpt2 loop):
+//   zero_grad; grad_accum times: loader.next -> forward -> backward(loss_scale = 1/grad_accum)
+//   -> global gradient norm -> clip scale (grad_clip; 0: none) -> lr from the schedule
+//   -> AdamW (weight decay on 2-D weights only)
+// then, every val_every steps and at the last step, the mean loss over val_batches batches of an
+// unshuffled loader on the validation data, rewound to its start each time.
+//
+// Invariants:
+// - Every buffer (model arenas, batches, validation, debug-dump records) is sized before step 1;
+//   a step allocates nothing.
+// - Deterministic: the same config (seed, threads included) gives bit-identical losses.
+// - All compute runs on one ThreadPool of `train.threads` threads (ops::Context).
+//
+// Output, to `TrainerOptions::out` when set:
+// - json: one line per step {"step","loss","lr","grad_norm","tokens_per_s","step_ms","mfu"} plus
+//   "val_loss" on steps that validate, then {"event":"done","steps","train_loss","val_loss",
+//   "tokens_per_s" (mean over the steps after the first),"peak_rss_bytes"}.
+// - otherwise the progress line `step 12/300 | loss 6.123 | val 6.201 | 1234 tok/s | 210 ms/step |
+//   ETA 1m02s`: live, it is redrawn in place at most 4 times a second; at validation steps and at
+//   the end it is kept (newline), and those kept lines are all that is printed when not live.
+// Metrics (when given a registry): kiln_train_step, kiln_train_loss, kiln_train_val_loss,
+// kiln_train_tokens_per_second, kiln_train_mfu (gauges), kiln_train_step_seconds (histogram).
+// MFU = flops_per_token * tokens/s / peak, the peak from TrainerOptions or measured at start-up.
+#ifndef KILN_TRAIN_TRAINER_H_
+#define KILN_TRAIN_TRAINER_H_
+
+#include <cstdint>
+#include <functional>
+#include <iosfwd>
+#include <string>
+
+#include <kiln/base/log.h>
+#include <kiln/base/result.h>
+#include <kiln/obs/metrics.h>
+#include <kiln/train/train_config.h>
+
+namespace kiln::train {
+
+struct TrainerOptions {
+  std::string export_path;     // non-empty: write the final weights here (export format)
+  std::string debug_dump_dir;  // non-empty: weights0 and steps.safetensors (see below)
+  // The machine's peak in GFLOP/s for MFU; 0 measures it with a short sgemm probe on the
+  // training threads at start-up (about half a second).
+  double peak_gflops = 0;
+  std::ostream* out = nullptr;  // where step lines go; null: nowhere
+  bool json = false;            // JSON lines on `out`
+  // Without json: true redraws the live progress line on `out` (a terminal); false prints only
+  // its kept lines (validation steps and the last), for a file or a pipe.
+  bool live_progress = false;
+};
+
+// `debug_dump_dir` (the input of the golden parity test): before step 1
+// DIR/weights0.safetensors holds the initial weights in the export format; at the end
+// DIR/steps.safetensors holds `inputs` and `targets` (I32, (S, B, T): every step's batch),
+// `logits` (F32, (B, T, vocab_size): step 1's, without the padding columns), `losses` (F32, (S))
+// and `grad.<name>` (F32: step 1's gradients before clipping, export names and shapes).
+// REQUIRES grad_accum == 1 (a step is then exactly one batch).
+
+// What one optimizer step did.
+struct StepReport {
+  int step = 0;  // 1-based
+  int max_steps = 0;
+  float loss = 0;  // mean over the step's micro-batches
+  double lr = 0;
+  double grad_norm = 0;  // before clipping
+  double tokens_per_s = 0;
+  double step_ms = 0;  // the optimizer step, validation excluded
+  double mfu = 0;      // fraction of the peak, in [0, 1] unless the peak was underestimated
+  bool validated = false;
+  float val_loss = 0;  // when validated
+};
+
+struct TrainSummary {
+  int steps = 0;
+  float train_loss = 0;     // the last step's
+  float val_loss = 0;       // the last validation's (NaN when none ran)
+  double tokens_per_s = 0;  // over the steps after the first (all steps when only one ran)
+  int64_t peak_rss_bytes = 0;
+  double peak_gflops = 0;  // the peak MFU was computed against
+};
+
+// Called after each step on the training thread, after the step's output was written.
+using StepCallback = std::function<void(const StepReport&)>;
+
+// Trains as `config` says. `registry` may be null (no metrics). Errors: the loader's, the model's
+// and the writers' (each naming its file), kInvalidArgument for a debug dump with grad_accum > 1.
+Result<TrainSummary> train(const TrainConfig& config, const TrainerOptions& options,
+                           obs::MetricsRegistry* registry, const Logger& log,
+                           const StepCallback& on_step = {});
+
+// Writes freshly initialised weights of `config.model` (seed `seed`) to `path`, export format.
+Status export_initial_weights(const ModelConfig& model, uint64_t seed, const std::string& path);
+
+}  // namespace kiln::train
+
+#endif  // KILN_TRAIN_TRAINER_H_

@@ -1,0 +1,158 @@
+// Gpt2: creation (every arena allocated and zeroed once), accessors, and the optimizer step.
+//
+// The forward is in model_forward.cc, the backward in model_backward.cc, the initialisation in
+// model_init.cc and the safetensors export in model_io.cc. adamw_step and grad_norm work on the
+// whole arenas: alignment gaps and wte's pad rows have zero gradients, so they add nothing to the
+// norm and AdamW leaves them at zero.
+#include <cstdlib>
+#include <cstring>
+#include <memory>
+#include <string>
+#include <utility>
+
+#include <kiln/ops/optimizer.h>
+
+#include "train/model_state.h"
+
+namespace kiln::train {
+namespace {
+
+// A zeroed, 64-byte aligned arena of `floats` floats (touched now, so the first step does not
+// pay for page faults); kUnavailable naming `what` when the memory cannot be had.
+Result<FloatArena> make_arena(size_t floats, const char* what) {
+  const size_t bytes = (floats * sizeof(float) + 63) / 64 * 64;
+  auto* data = static_cast<float*>(std::aligned_alloc(64, bytes == 0 ? 64 : bytes));
+  if (data == nullptr) {
+    return Status::unavailable("gpt2: cannot allocate the " + std::string(what) + " arena of " +
+                               std::to_string(bytes) + " bytes");
+  }
+  std::memset(data, 0, bytes);
+  return FloatArena(data);
+}
+
+}  // namespace
+
+Result<Gpt2> Gpt2::create(const ModelConfig& config, int batch, int seq) {
+  KILN_RETURN_IF_ERROR(config.validate());
+  if (batch < 1 || seq < 1 || seq > config.block_size) {
+    return Status::invalid_argument("gpt2: batch " + std::to_string(batch) + " and seq " +
+                                    std::to_string(seq) + " must be >= 1, seq <= block_size " +
+                                    std::to_string(config.block_size));
+  }
+  auto s = std::make_unique<State>();
+  s->config = config;
+  s->batch = batch;
+  s->seq = seq;
+  s->params = gpt2_param_layout(config, &s->param_floats);
+  s->adam_segments = gpt2_adam_segments(s->params, s->param_floats);
+  gpt2_act_layout(config, batch, seq, &s->layer_acts, &s->acts, &s->act_floats);
+  KILN_ASSIGN_OR_RETURN(s->param_arena, make_arena(s->param_floats, "parameter"));
+  KILN_ASSIGN_OR_RETURN(s->grad_arena, make_arena(s->param_floats, "gradient"));
+  KILN_ASSIGN_OR_RETURN(s->m_arena, make_arena(s->param_floats, "AdamW m"));
+  KILN_ASSIGN_OR_RETURN(s->v_arena, make_arena(s->param_floats, "AdamW v"));
+  KILN_ASSIGN_OR_RETURN(s->act_arena, make_arena(s->act_floats, "activation"));
+  s->grad_views = {
+      ops::TensorView::f32(s->grad_arena.get(), {static_cast<int64_t>(s->param_floats)})};
+  const size_t rows = static_cast<size_t>(batch) * static_cast<size_t>(seq);
+  s->tokens.assign(rows, 0);
+  s->targets.assign(rows, 0);
+  return Gpt2(std::move(s));
+}
+
+Gpt2::Gpt2(std::unique_ptr<State> state) : s_(std::move(state)) {}
+Gpt2::Gpt2(Gpt2&&) noexcept = default;
+Gpt2& Gpt2::operator=(Gpt2&&) noexcept = default;
+Gpt2::~Gpt2() = default;
+
+const ModelConfig& Gpt2::config() const {
+  return s_->config;
+}
+int Gpt2::batch() const {
+  return s_->batch;
+}
+int Gpt2::seq() const {
+  return s_->seq;
+}
+const std::vector<ParamInfo>& Gpt2::params() const {
+  return s_->params;
+}
+
+std::span<float> Gpt2::param_data() {
+  return {s_->param_arena.get(), s_->param_floats};
+}
+std::span<const float> Gpt2::param_data() const {
+  return {s_->param_arena.get(), s_->param_floats};
+}
+std::span<float> Gpt2::grad_data() {
+  return {s_->grad_arena.get(), s_->param_floats};
+}
+std::span<const float> Gpt2::grad_data() const {
+  return {s_->grad_arena.get(), s_->param_floats};
+}
+std::span<float> Gpt2::adam_m() {
+  return {s_->m_arena.get(), s_->param_floats};
+}
+std::span<float> Gpt2::adam_v() {
+  return {s_->v_arena.get(), s_->param_floats};
+}
+
+std::span<const float> Gpt2::logits() const {
+  const size_t rows = static_cast<size_t>(s_->fwd_batch) * static_cast<size_t>(s_->fwd_seq);
+  return {s_->act_arena.get() + s_->acts.logits,
+          rows * static_cast<size_t>(s_->config.padded_vocab())};
+}
+
+void Gpt2::zero_grad() {
+  std::memset(s_->grad_arena.get(), 0, s_->param_floats * sizeof(float));
+}
+
+BlockRange Gpt2::block_range(int block) const {
+  const int L = s_->config.n_layer;
+  KILN_CHECK(block >= -1 && block < L) << "block " << block << " of " << L;
+  const auto start = [&](int b) {
+    return s_->params[static_cast<size_t>(kFirstBlockParam + b * kParamsPerBlock)].offset;
+  };
+  if (block == -1) return {0, start(0)};
+  const size_t end = block == L - 1 ? s_->param_floats : start(block + 1);
+  return {start(block), end - start(block)};
+}
+
+Result<double> Gpt2::grad_norm(const ops::Context& ctx) {
+  return ops::global_grad_norm(s_->grad_views, ctx);
+}
+
+Status Gpt2::adamw_step(const AdamWConfig& c, float lr, int64_t step, float grad_scale,
+                        const ops::Context& ctx) {
+  for (const AdamSegment& seg : s_->adam_segments) {
+    const auto n = static_cast<int64_t>(seg.count);
+    ops::AdamWParams p;
+    p.params = ops::TensorView::f32(s_->param_arena.get() + seg.offset, {n});
+    p.grads = ops::TensorView::f32(s_->grad_arena.get() + seg.offset, {n});
+    p.m = ops::TensorView::f32(s_->m_arena.get() + seg.offset, {n});
+    p.v = ops::TensorView::f32(s_->v_arena.get() + seg.offset, {n});
+    p.lr = lr;
+    p.beta1 = c.beta1;
+    p.beta2 = c.beta2;
+    p.eps = c.eps;
+    p.weight_decay = seg.decay ? c.weight_decay : 0.0f;
+    p.step = step;
+    p.grad_scale = grad_scale;
+    KILN_RETURN_IF_ERROR(ops::adamw_update(p, ctx));
+  }
+  return Status();
+}
+
+double Gpt2::flops_per_token(int seq) const {
+  const ModelConfig& c = s_->config;
+  return 6.0 * static_cast<double>(num_params()) +
+         6.0 * static_cast<double>(c.n_layer) * static_cast<double>(c.n_embd) * seq;
+}
+
+size_t Gpt2::num_params() const {
+  size_t n = 0;
+  for (const ParamInfo& p : s_->params)
+    n += p.numel;
+  return n;
+}
+
+}  // namespace kiln::train

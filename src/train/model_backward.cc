@@ -1,0 +1,188 @@
+// Gpt2's backward: the forward of model_forward.cc in reverse, accumulating into the gradients.
+//
+// The residual stream's gradient lives in one buffer, dres, for the whole pass: a residual add
+// y = x + f(x) passes dy unchanged to x and to f's output, so f's backward reads dres as its dy
+// and the LayerNorm that starts the branch adds its input gradient into dres (accumulate_dx). No
+// residual_backward op and no copy is needed. With N = B * T rows and dlosses = loss_scale / N:
+//   logits := dlogits (in place, pad columns 0);  dlnf = dlogits @ wte_padded;
+//   dwte += dlogits^T @ lnf;  dres = ln_f backward (dlnf)
+//   per block l = L-1 .. 0:
+//     dfch = dres @ mlp.proj.w (then GELU's backward in place);  dmlp.proj.{w,b} +=
+//     dln = dfch @ fc.w;  dfc.{w,b} +=;  dres += ln_2 backward (dln)
+//     datty = dres @ proj.w;  dproj.{w,b} +=
+//     dq, dk, dv = attention backward (datty), written into the thirds of dqkv
+//     dln = dqkv @ qkv.w;  dqkv.{w,b} +=;  dres += ln_1 backward (dln)
+//     block_done(l)
+//   dwte, dwpe += embedding backward (dres);  block_done(-1)
+#include <string>
+
+#include <kiln/ops/attention.h>
+#include <kiln/ops/cross_entropy.h>
+#include <kiln/ops/elementwise.h>
+#include <kiln/ops/embedding.h>
+#include <kiln/ops/matmul.h>
+#include <kiln/ops/norm.h>
+
+#include "train/model_state.h"
+
+namespace kiln::train {
+namespace {
+
+using ops::TensorView;
+
+TensorView mat(float* p, int64_t rows, int64_t cols) {
+  return TensorView::f32(p, {rows, cols});
+}
+TensorView vec(float* p, int64_t n) {
+  return TensorView::f32(p, {n});
+}
+
+// dy is the gradient of a Linear's output; fills dx (overwritten), adds to dw and dbias.
+Status linear_backward(float* dy, float* x, float* w, float* dx, float* dw, float* dbias, int64_t N,
+                       int64_t in, int64_t out, const ops::Context& ctx) {
+  ops::MatmulBackwardParams p;
+  p.dy = mat(dy, N, out);
+  p.x = mat(x, N, in);
+  p.w = mat(w, out, in);
+  p.dx = mat(dx, N, in);
+  p.dw = mat(dw, out, in);
+  p.dbias = vec(dbias, out);
+  return ops::matmul_backward(p, ctx);
+}
+
+// dres += the gradient through a LayerNorm whose output gradient is dy.
+Status layernorm_backward_into(float* dy, float* x, float* weight, float* mean, float* rstd,
+                               float* dres, float* dweight, float* dbias, int64_t N, int64_t C,
+                               bool accumulate, const ops::Context& ctx) {
+  ops::LayerNormBackwardParams p;
+  p.dy = mat(dy, N, C);
+  p.x = mat(x, N, C);
+  p.weight = vec(weight, C);
+  p.mean = vec(mean, N);
+  p.rstd = vec(rstd, N);
+  p.dx = mat(dres, N, C);
+  p.dweight = vec(dweight, C);
+  p.dbias = vec(dbias, C);
+  p.accumulate_dx = accumulate;
+  return ops::layernorm_backward(p, ctx);
+}
+
+Status block_backward(Gpt2::State& s, int l, const ops::Context& ctx) {
+  const int64_t B = s.batch, T = s.seq, N = B * T;
+  const int64_t C = s.config.n_embd;
+  const int64_t H = s.config.n_head;
+  const int64_t D = C / H;
+  const LayerActs& a = s.layer_acts[static_cast<size_t>(l)];
+  float* x = l == 0 ? s.act(s.acts.encoded) : s.act(s.layer_acts[static_cast<size_t>(l - 1)].res3);
+  float* dres = s.act(s.acts.dres);
+  float* dln = s.act(s.acts.dln);
+  float* dfch = s.act(s.acts.dfch);
+
+  // MLP: res3 = res2 + mlp.proj(gelu(fc(ln_2(res2)))).
+  KILN_RETURN_IF_ERROR(linear_backward(dres, s.act(a.fch_gelu), s.block_param(l, kMlpProjWeight),
+                                       dfch, s.block_grad(l, kMlpProjWeight),
+                                       s.block_grad(l, kMlpProjBias), N, 4 * C, C, ctx));
+  ops::GeluBackwardParams gelu;
+  gelu.x = mat(s.act(a.fch), N, 4 * C);
+  gelu.dy = mat(dfch, N, 4 * C);
+  gelu.dx = gelu.dy;  // in place
+  KILN_RETURN_IF_ERROR(ops::gelu_backward(gelu, ctx));
+  KILN_RETURN_IF_ERROR(linear_backward(dfch, s.act(a.ln2), s.block_param(l, kFcWeight), dln,
+                                       s.block_grad(l, kFcWeight), s.block_grad(l, kFcBias), N, C,
+                                       4 * C, ctx));
+  KILN_RETURN_IF_ERROR(layernorm_backward_into(
+      dln, s.act(a.res2), s.block_param(l, kLn2Weight), s.act(a.ln2_mean), s.act(a.ln2_rstd), dres,
+      s.block_grad(l, kLn2Weight), s.block_grad(l, kLn2Bias), N, C, true, ctx));
+
+  // Attention: res2 = x + proj(attention(qkv(ln_1(x)))).
+  float* datty = s.act(s.acts.datty);
+  KILN_RETURN_IF_ERROR(linear_backward(dres, s.act(a.atty), s.block_param(l, kProjWeight), datty,
+                                       s.block_grad(l, kProjWeight), s.block_grad(l, kProjBias), N,
+                                       C, C, ctx));
+  float* qkv = s.act(a.qkv);
+  float* dqkv = s.act(s.acts.dqkv);
+  const auto third = [&](float* base, int64_t i) {
+    return TensorView::strided(base + i * C, ops::DType::kF32, {B, T, H, D},
+                               {T * 3 * C, 3 * C, D, 1});
+  };
+  ops::AttentionBackwardParams att;
+  att.q = third(qkv, 0);
+  att.k = third(qkv, 1);
+  att.v = third(qkv, 2);
+  att.o = TensorView::f32(s.act(a.atty), {B, T, H, D});
+  att.lse = TensorView::f32(s.act(a.att_lse), {B, H, T});
+  att.dout = TensorView::f32(datty, {B, T, H, D});
+  att.dq = third(dqkv, 0);
+  att.dk = third(dqkv, 1);
+  att.dv = third(dqkv, 2);
+  att.causal = true;
+  KILN_RETURN_IF_ERROR(ops::attention_backward(att, ctx));
+  KILN_RETURN_IF_ERROR(linear_backward(dqkv, s.act(a.ln1), s.block_param(l, kQkvWeight), dln,
+                                       s.block_grad(l, kQkvWeight), s.block_grad(l, kQkvBias), N, C,
+                                       3 * C, ctx));
+  return layernorm_backward_into(dln, x, s.block_param(l, kLn1Weight), s.act(a.ln1_mean),
+                                 s.act(a.ln1_rstd), dres, s.block_grad(l, kLn1Weight),
+                                 s.block_grad(l, kLn1Bias), N, C, true, ctx);
+}
+
+}  // namespace
+
+Status Gpt2::backward(float loss_scale, const ops::Context& ctx,
+                      const std::function<void(int)>& block_done) {
+  State& s = *s_;
+  if (s.phase != ForwardPhase::kWithTargets) {
+    return Status::invalid_argument(
+        "gpt2 backward: needs a forward with targets just before it (each backward consumes "
+        "the logits of one forward)");
+  }
+  s.phase = ForwardPhase::kBackwardDone;
+  const int L = s.config.n_layer;
+  const int64_t B = s.batch, T = s.seq, N = B * T;
+  const int64_t C = s.config.n_embd;
+  const int64_t V = s.config.vocab_size;
+  const int64_t Vp = s.config.padded_vocab();
+
+  float* dlosses = s.act(s.acts.dlosses);
+  const float dloss = loss_scale / static_cast<float>(N);
+  for (int64_t i = 0; i < N; ++i)
+    dlosses[i] = dloss;
+  ops::CrossEntropyBackwardParams ce;
+  ce.logits = mat(s.act(s.acts.logits), N, Vp);
+  ce.targets = TensorView::i32(s.targets.data(), {N});
+  ce.lse = vec(s.act(s.acts.ce_lse), N);
+  ce.dlosses = vec(dlosses, N);
+  ce.vocab = V;
+  KILN_RETURN_IF_ERROR(ops::cross_entropy_backward(ce, ctx).with_context("gpt2 backward"));
+
+  // The head: logits = lnf @ wte_padded^T.
+  float* dln = s.act(s.acts.dln);
+  ops::MatmulBackwardParams head;
+  head.dy = ce.logits;
+  head.x = mat(s.act(s.acts.lnf), N, C);
+  head.w = mat(s.param(kWteParam), Vp, C);
+  head.dx = mat(dln, N, C);
+  head.dw = mat(s.grad(kWteParam), Vp, C);
+  KILN_RETURN_IF_ERROR(ops::matmul_backward(head, ctx).with_context("gpt2 backward head"));
+  const int lnf = s.ln_f_weight_index();
+  KILN_RETURN_IF_ERROR(
+      layernorm_backward_into(dln, s.act(s.layer_acts[static_cast<size_t>(L - 1)].res3),
+                              s.param(lnf), s.act(s.acts.lnf_mean), s.act(s.acts.lnf_rstd),
+                              s.act(s.acts.dres), s.grad(lnf), s.grad(lnf + 1), N, C, false, ctx)
+          .with_context("gpt2 backward ln_f"));
+
+  for (int l = L - 1; l >= 0; --l) {
+    KILN_RETURN_IF_ERROR(gpt2_in_block(block_backward(s, l, ctx), "backward", l));
+    if (block_done) block_done(l);
+  }
+
+  ops::EmbeddingBackwardParams emb;
+  emb.tokens = TensorView::i32(s.tokens.data(), {B, T});
+  emb.dy = TensorView::f32(s.act(s.acts.dres), {B, T, C});
+  emb.dwte = mat(s.grad(kWteParam), V, C);
+  emb.dwpe = mat(s.grad(kWpeParam), s.config.block_size, C);
+  KILN_RETURN_IF_ERROR(ops::embedding_backward(emb, ctx).with_context("gpt2 backward"));
+  if (block_done) block_done(-1);
+  return Status();
+}
+
+}  // namespace kiln::train

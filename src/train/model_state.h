@@ -1,0 +1,152 @@
+// Gpt2::State: what a Gpt2 owns, and where every tensor lives in its arenas.
+//
+// Four equal arenas (parameters, gradients, AdamW m, AdamW v) share one layout: the ParamInfo
+// list in export order, each tensor at a multiple of kArenaAlignFloats, wte followed by its
+// (Vp - V) pad rows. The activation arena holds the forward's saved tensors per layer and the
+// backward's scratch, each a (rows, width) row-major block sized for create()'s (batch, seq); a
+// smaller forward uses a prefix of each block. Nothing here is resized after create().
+//
+// Shapes use llm.c's short names: B batch, T seq, C n_embd, H n_head, D = C / H, L n_layer,
+// V vocab, Vp padded vocab, N = B * T rows.
+#ifndef KILN_TRAIN_MODEL_STATE_H_
+#define KILN_TRAIN_MODEL_STATE_H_
+
+#include <cstddef>
+#include <cstdint>
+#include <cstdlib>
+#include <memory>
+#include <vector>
+
+#include <kiln/ops/tensor.h>
+#include <kiln/train/model.h>
+
+namespace kiln::train {
+
+// 16 floats = 64 bytes: a cache line and an AVX-512 vector, so every tensor starts aligned.
+inline constexpr size_t kArenaAlignFloats = 16;
+
+// Parameters of one block, in export order; each names its index in the ParamInfo list relative
+// to the block's first (so params[kFirstBlockParam + l * kParamsPerBlock + k]).
+enum BlockParam : int {
+  kLn1Weight = 0,  // (C)
+  kLn1Bias,        // (C)
+  kQkvWeight,      // (3C, C)
+  kQkvBias,        // (3C)
+  kProjWeight,     // (C, C)
+  kProjBias,       // (C)
+  kLn2Weight,      // (C)
+  kLn2Bias,        // (C)
+  kFcWeight,       // (4C, C)
+  kFcBias,         // (4C)
+  kMlpProjWeight,  // (C, 4C)
+  kMlpProjBias,    // (C)
+  kParamsPerBlock,
+};
+inline constexpr int kWteParam = 0;         // (V, C) exported; (Vp, C) in the arena
+inline constexpr int kWpeParam = 1;         // (block_size, C)
+inline constexpr int kFirstBlockParam = 2;  // then L * kParamsPerBlock, then ln_f weight, bias
+
+// Offsets (floats) of one block's saved forward tensors in the activation arena.
+struct LayerActs {
+  size_t ln1 = 0;       // (N, C)  ln_1 output
+  size_t ln1_mean = 0;  // (N)
+  size_t ln1_rstd = 0;  // (N)
+  size_t qkv = 0;       // (N, 3C) = (B, T, 3, H, D)
+  size_t atty = 0;      // (N, C)  = (B, T, H, D) attention output
+  size_t att_lse = 0;   // (B, H, T)
+  size_t res2 = 0;      // (N, C)  residual after attention
+  size_t ln2 = 0;       // (N, C)
+  size_t ln2_mean = 0;  // (N)
+  size_t ln2_rstd = 0;  // (N)
+  size_t fch = 0;       // (N, 4C) fc output, GELU's input
+  size_t fch_gelu = 0;  // (N, 4C) GELU output, mlp.proj's input
+  size_t res3 = 0;      // (N, C)  residual after the MLP: the next block's input
+};
+
+// Offsets (floats) of the tensors that are not per block.
+struct GlobalActs {
+  size_t encoded = 0;   // (N, C)  embeddings: block 0's input
+  size_t proj_out = 0;  // (N, C)  attn.proj / mlp.proj output before its residual add
+  size_t lnf = 0;       // (N, C)
+  size_t lnf_mean = 0;  // (N)
+  size_t lnf_rstd = 0;  // (N)
+  size_t logits = 0;    // (N, Vp); dlogits in place after backward
+  size_t losses = 0;    // (N)
+  size_t ce_lse = 0;    // (N)
+  size_t dlosses = 0;   // (N)
+  // Backward scratch.
+  size_t dres = 0;   // (N, C)  gradient of the residual stream
+  size_t dln = 0;    // (N, C)  gradient of a LayerNorm output
+  size_t dqkv = 0;   // (N, 3C)
+  size_t datty = 0;  // (N, C)
+  size_t dfch = 0;   // (N, 4C) gradient of GELU's output, then (in place) of its input
+};
+
+// One ops::adamw_update call: a run of consecutive parameters sharing the decay flag, with the
+// alignment gaps and pad rows between them (zero gradients, so they stay 0).
+struct AdamSegment {
+  size_t offset = 0;
+  size_t count = 0;
+  bool decay = false;
+};
+
+struct FreeDeleter {
+  void operator()(void* p) const { std::free(p); }
+};
+using FloatArena = std::unique_ptr<float[], FreeDeleter>;
+
+// What the last forward left, which decides what backward and logits() may use.
+enum class ForwardPhase {
+  kNone,          // no forward yet
+  kWithTargets,   // a training forward: backward may run
+  kLogitsOnly,    // logits only: no losses
+  kBackwardDone,  // logits hold dlogits
+};
+
+struct Gpt2::State {
+  ModelConfig config;
+  int batch = 0;  // B of create()
+  int seq = 0;    // T of create()
+  std::vector<ParamInfo> params;
+  std::vector<AdamSegment> adam_segments;
+  std::vector<ops::TensorView> grad_views;  // the whole gradient arena, for global_grad_norm
+  size_t param_floats = 0;                  // each of the four parameter arenas
+  size_t act_floats = 0;
+  FloatArena param_arena, grad_arena, m_arena, v_arena, act_arena;
+  std::vector<LayerActs> layer_acts;  // (L)
+  GlobalActs acts;
+  std::vector<int32_t> tokens;   // (N) of the last forward, for the embedding's backward
+  std::vector<int32_t> targets;  // (N) of the last forward with targets
+  ForwardPhase phase = ForwardPhase::kNone;
+  int fwd_batch = 0, fwd_seq = 0;  // (B, T) of the last forward
+
+  float* param(int index) { return param_arena.get() + params[index].offset; }
+  float* grad(int index) { return grad_arena.get() + params[index].offset; }
+  float* block_param(int layer, BlockParam p) {
+    return param(kFirstBlockParam + layer * kParamsPerBlock + p);
+  }
+  float* block_grad(int layer, BlockParam p) {
+    return grad(kFirstBlockParam + layer * kParamsPerBlock + p);
+  }
+  int ln_f_weight_index() const { return kFirstBlockParam + config.n_layer * kParamsPerBlock; }
+  float* act(size_t offset) { return act_arena.get() + offset; }
+};
+
+// The parameter list of `config` in export order, with offsets; *arena_floats gets the size of
+// each parameter arena.
+std::vector<ParamInfo> gpt2_param_layout(const ModelConfig& config, size_t* arena_floats);
+
+// The activation layout for (batch, seq); *arena_floats gets the arena's size.
+void gpt2_act_layout(const ModelConfig& config, int batch, int seq, std::vector<LayerActs>* layers,
+                     GlobalActs* acts, size_t* arena_floats);
+
+// The AdamW segments of a parameter layout.
+std::vector<AdamSegment> gpt2_adam_segments(const std::vector<ParamInfo>& params,
+                                            size_t arena_floats);
+
+// `status` with "gpt2 <what> block <layer>: " before its message; OK stays OK without work.
+Status gpt2_in_block(Status status, const char* what, int layer);
+
+}  // namespace kiln::train
+
+#endif  // KILN_TRAIN_MODEL_STATE_H_

@@ -1,0 +1,238 @@
+// The step loop of `kiln train` (see include/kiln/train/trainer.h).
+//
+// Everything the loop touches is made before step 1: the pool and context, both loaders, the
+// model with its arenas, the batch buffers, the debug-dump records, the metric series and the
+// output buffers. Inside the loop only spans of those are passed around, so a step allocates
+// nothing (trainer_alloc_test.cc counts).
+#include <kiln/base/clock.h>
+#include <kiln/base/thread_pool.h>
+#include <kiln/ops/context.h>
+#include <kiln/ops/optimizer.h>
+#include <kiln/train/loader.h>
+#include <kiln/train/model.h>
+#include <kiln/train/trainer.h>
+
+#include <sys/resource.h>
+
+#include <array>
+#include <cmath>
+#include <limits>
+#include <optional>
+#include <ostream>
+#include <vector>
+
+#include "train/schedule.h"
+#include "train/trainer_debug_dump.h"
+#include "train/trainer_json.h"
+#include "train/trainer_metrics.h"
+#include "train/trainer_progress.h"
+
+namespace kiln::train {
+namespace {
+
+int64_t peak_rss_bytes() {
+  struct rusage usage {};
+  if (getrusage(RUSAGE_SELF, &usage) != 0) return 0;
+  return static_cast<int64_t>(usage.ru_maxrss) * 1024;  // Linux reports KiB
+}
+
+// The mean loss over `batches` batches from the start of the validation stream.
+Result<float> validation_loss(DataLoader* val, int batches, Gpt2* model, std::span<int32_t> inputs,
+                              std::span<int32_t> targets, const ops::Context& ctx) {
+  KILN_RETURN_IF_ERROR(val->seek(LoaderPosition{}));
+  double sum = 0;
+  for (int i = 0; i < batches; ++i) {
+    val->next(inputs, targets);
+    KILN_ASSIGN_OR_RETURN(float loss, model->forward(inputs, targets, ctx));
+    sum += loss;
+  }
+  return static_cast<float>(sum / batches);
+}
+
+bool validates_at(const TrainHyperparams& h, int step) {
+  if (h.val_batches == 0) return false;
+  return step == h.max_steps || (h.val_every > 0 && step % h.val_every == 0);
+}
+
+}  // namespace
+
+Result<TrainSummary> train(const TrainConfig& config, const TrainerOptions& options,
+                           obs::MetricsRegistry* registry, const Logger& log,
+                           const StepCallback& on_step) {
+  const TrainHyperparams& h = config.train;
+  if (!options.debug_dump_dir.empty() && h.grad_accum != 1) {
+    return Status::invalid_argument(
+        "--debug-dump records one batch per step: it needs "
+        "train.grad_accum 1, not " +
+        std::to_string(h.grad_accum));
+  }
+  ThreadPool pool(h.threads);
+  KILN_ASSIGN_OR_RETURN(ops::Context ctx, ops::make_cpu_context(&pool));
+
+  LoaderConfig train_data;
+  train_data.dir = config.data.train;
+  train_data.batch = h.batch;
+  train_data.seq = h.seq;
+  train_data.seed = h.seed;
+  train_data.shuffle = true;
+  Result<DataLoader> train_loader = DataLoader::open(train_data);
+  if (!train_loader.ok()) return train_loader.status().with_context("data.train");
+  std::optional<DataLoader> val_loader;
+  if (h.val_batches > 0) {
+    LoaderConfig val_data = train_data;
+    val_data.dir = config.data.val;
+    val_data.shuffle = false;
+    Result<DataLoader> val = DataLoader::open(val_data);
+    if (!val.ok()) return val.status().with_context("data.val");
+    val_loader.emplace(std::move(*val));
+  }
+
+  KILN_ASSIGN_OR_RETURN(Gpt2 model, Gpt2::create(config.model, h.batch, h.seq));
+  model.init_weights(h.seed);
+  log.info("training", {{"config", config.source},
+                        {"params", model.num_params()},
+                        {"n_layer", config.model.n_layer},
+                        {"n_embd", config.model.n_embd},
+                        {"batch", h.batch},
+                        {"seq", h.seq},
+                        {"grad_accum", h.grad_accum},
+                        {"max_steps", h.max_steps},
+                        {"threads", h.threads},
+                        {"isa", cpu_isa_name(ctx.isa)},
+                        {"train_tokens", train_loader->tokens()}});
+
+  double peak_gflops = options.peak_gflops;
+  if (peak_gflops <= 0) {
+    KILN_ASSIGN_OR_RETURN(peak_gflops, measure_peak_gflops(ctx));
+    log.info("peak FLOP/s for MFU measured by an sgemm probe on the training threads",
+             {{"gflops", peak_gflops},
+              {"threads", h.threads},
+              {"probe_s", kPeakProbeSeconds},
+              {"override", "--peak-gflops"}});
+  }
+
+  std::optional<DebugDump> dump;
+  if (!options.debug_dump_dir.empty()) {
+    KILN_ASSIGN_OR_RETURN(DebugDump d,
+                          DebugDump::create(options.debug_dump_dir, model, h.max_steps));
+    dump.emplace(std::move(d));
+    KILN_RETURN_IF_ERROR(dump->write_initial_weights(model));
+  }
+
+  const size_t batch_tokens = static_cast<size_t>(h.batch) * h.seq;
+  std::vector<int32_t> inputs(batch_tokens), targets(batch_tokens);  // (B, T)
+  TrainMetrics metrics(registry);
+  ProgressLine progress(options.json ? nullptr : options.out, options.live_progress);
+  std::array<char, kStepJsonMax> json_line{};
+  const LrSchedule schedule{h.lr, h.min_lr, h.warmup_steps, h.max_steps};
+  AdamWConfig adamw;
+  adamw.beta1 = static_cast<float>(h.beta1);
+  adamw.beta2 = static_cast<float>(h.beta2);
+  adamw.eps = static_cast<float>(h.eps);
+  adamw.weight_decay = static_cast<float>(h.weight_decay);
+  const float loss_scale = 1.0f / static_cast<float>(h.grad_accum);
+  const double tokens_per_step = static_cast<double>(batch_tokens) * h.grad_accum;
+  const double flops_per_token = model.flops_per_token(h.seq);
+
+  TrainSummary summary;
+  summary.val_loss = std::numeric_limits<float>::quiet_NaN();
+  summary.peak_gflops = peak_gflops;
+  bool warned_mfu = false;  // the MFU-above-1 warning is given once
+  double first_step_ns = 0;
+  double later_steps_ns = 0;  // time of steps 2..S, for the mean rate after warm-up
+  const int64_t loop_start_ns = monotonic_now_ns();
+  for (int step = 1; step <= h.max_steps; ++step) {
+    const int64_t t0 = monotonic_now_ns();
+    model.zero_grad();
+    double loss_sum = 0;
+    for (int micro = 0; micro < h.grad_accum; ++micro) {
+      train_loader->next(inputs, targets);
+      if (dump) dump->record_batch(step, inputs, targets);
+      Result<float> loss = model.forward(inputs, targets, ctx);
+      if (!loss.ok()) return loss.status().with_context("step " + std::to_string(step));
+      if (dump && step == 1) dump->record_logits(model);
+      Status s = model.backward(loss_scale, ctx);
+      if (!s.ok()) return s.with_context("step " + std::to_string(step));
+      loss_sum += *loss;
+    }
+    StepReport r;
+    r.step = step;
+    r.max_steps = h.max_steps;
+    r.loss = static_cast<float>(loss_sum / h.grad_accum);
+    if (dump) {
+      dump->record_loss(step, r.loss);
+      if (step == 1) dump->record_grads(model);
+    }
+    KILN_ASSIGN_OR_RETURN(r.grad_norm, model.grad_norm(ctx));
+    const float grad_scale =
+        h.grad_clip > 0 ? ops::grad_clip_scale(r.grad_norm, h.grad_clip) : 1.0f;
+    r.lr = learning_rate(schedule, step);
+    KILN_RETURN_IF_ERROR(model.adamw_step(adamw, static_cast<float>(r.lr), step, grad_scale, ctx));
+    const int64_t t1 = monotonic_now_ns();
+
+    const double step_ns = static_cast<double>(std::max<int64_t>(t1 - t0, 1));
+    r.step_ms = step_ns * 1e-6;
+    r.tokens_per_s = tokens_per_step / (step_ns * 1e-9);
+    r.mfu = flops_per_token * r.tokens_per_s / (peak_gflops * 1e9);
+    (step == 1 ? first_step_ns : later_steps_ns) += step_ns;
+    if (r.mfu > 1 && !warned_mfu) {
+      // Only an underestimated peak does this: the probe ran while other work held the cores.
+      log.warn(
+          "MFU above 1: the peak was underestimated (a busy machine during the probe?); "
+          "pass --peak-gflops for a stable figure",
+          {{"step", step}, {"mfu", r.mfu}, {"peak_gflops", peak_gflops}});
+      warned_mfu = true;
+    }
+    if (validates_at(h, step)) {
+      Result<float> val =
+          validation_loss(&*val_loader, h.val_batches, &model, inputs, targets, ctx);
+      if (!val.ok())
+        return val.status().with_context("validation after step " + std::to_string(step));
+      r.validated = true;
+      r.val_loss = *val;
+      summary.val_loss = *val;
+    }
+    summary.steps = step;
+    summary.train_loss = r.loss;
+
+    if (options.out != nullptr && options.json) {
+      *options.out << format_step_json(r, json_line) << '\n';
+      options.out->flush();
+    }
+    const int64_t now_ns = monotonic_now_ns();
+    const double eta_s =
+        static_cast<double>(now_ns - loop_start_ns) * 1e-9 / step * (h.max_steps - step);
+    progress.update(r, eta_s, now_ns);
+    metrics.record(r);
+    if (on_step) on_step(r);
+    if (!std::isfinite(r.loss)) {
+      return Status::aborted("step " + std::to_string(step) + ": training loss is " +
+                             std::to_string(r.loss) + ": the run diverged (try a lower train.lr)");
+    }
+  }
+
+  summary.tokens_per_s = summary.steps > 1
+                             ? tokens_per_step * (summary.steps - 1) / (later_steps_ns * 1e-9)
+                             : tokens_per_step / (first_step_ns * 1e-9);
+  if (dump) KILN_RETURN_IF_ERROR(dump->write_steps(model, summary.steps));
+  if (!options.export_path.empty()) {
+    KILN_RETURN_IF_ERROR(save_weights(model, options.export_path));
+    log.info("exported the final weights", {{"path", options.export_path}});
+  }
+  summary.peak_rss_bytes = peak_rss_bytes();
+  if (options.out != nullptr && options.json) {
+    *options.out << format_done_json(summary) << '\n';
+    options.out->flush();
+  }
+  return summary;
+}
+
+Status export_initial_weights(const ModelConfig& model_config, uint64_t seed,
+                              const std::string& path) {
+  // The smallest activations the model can be built with: only the parameters matter here.
+  KILN_ASSIGN_OR_RETURN(Gpt2 model, Gpt2::create(model_config, 1, 1));
+  model.init_weights(seed);
+  return save_weights(model, path);
+}
+
+}  // namespace kiln::train

@@ -1,0 +1,49 @@
+// The trainer's Prometheus series and the peak-FLOP/s probe its MFU is measured against.
+//
+//   kiln_train_step               gauge      the last finished optimizer step
+//   kiln_train_loss               gauge      its training loss
+//   kiln_train_val_loss           gauge      the last validation loss (NaN before the first)
+//   kiln_train_tokens_per_second  gauge      of the last step
+//   kiln_train_mfu                gauge      model FLOP utilisation of the last step, 0..1
+//   kiln_train_step_seconds       histogram  optimizer step time, validation excluded
+//
+// Updating a series allocates nothing (prometheus-cpp's gauges and histograms are atomics and
+// fixed bucket arrays), so record() may run inside the training loop.
+#ifndef KILN_TRAIN_TRAINER_METRICS_H_
+#define KILN_TRAIN_TRAINER_METRICS_H_
+
+#include <kiln/base/result.h>
+#include <kiln/obs/metrics.h>
+#include <kiln/ops/context.h>
+#include <kiln/train/trainer.h>
+
+namespace kiln::train {
+
+class TrainMetrics {
+ public:
+  // A null registry keeps the series private (see obs::MetricGroup).
+  explicit TrainMetrics(obs::MetricsRegistry* registry);
+
+  void record(const StepReport& report);
+
+ private:
+  obs::MetricGroup group_;
+  prometheus::Gauge& step_;
+  prometheus::Gauge& loss_;
+  prometheus::Gauge& val_loss_;
+  prometheus::Gauge& tokens_per_second_;
+  prometheus::Gauge& mfu_;
+  prometheus::Histogram& step_seconds_;
+};
+
+// The probe's run time: long enough for a dozen timed sgemms at the peak of a small machine,
+// short enough not to delay the start noticeably.
+inline constexpr double kPeakProbeSeconds = 0.5;
+
+// The best GFLOP/s of a square f32 matmul (ops::matmul_forward: OpenBLAS sgemm split over
+// ctx's pool, as the model's layers run) repeated for about `seconds`.
+Result<double> measure_peak_gflops(const ops::Context& ctx, double seconds = kPeakProbeSeconds);
+
+}  // namespace kiln::train
+
+#endif  // KILN_TRAIN_TRAINER_METRICS_H_
