@@ -1,11 +1,22 @@
 // `kiln train CONFIG.yaml [--max-steps N] [--batch B] [--seq T] [--threads T] [--seed S]
 //  [--grad-accum K] [--val-every N] [--metrics-port P] [--metrics-bind ADDR] [--export FILE]
-//  [--debug-dump DIR] [--peak-gflops X] [--json]`: trains GPT-2 as the config says (see
+//  [--debug-dump DIR] [--peak-gflops X] [--nproc N] [--zero 0|1] [--ckpt-dir D] [--ckpt-every N]
+//  [--ckpt-keep K] [--comm-timeout-ms MS] [--json]`: trains GPT-2 as the config says (see
 // include/kiln/train/train_config.h and trainer.h). Flags override the config's keys and are
 // checked against the same rules; a bad config or flag exits 2 naming the file:line:key or flag.
 //
+// Data parallelism: `--nproc N` starts N ranks of this command on this host with an embedded
+// rendezvous store (kiln_comm's LocalJob) and waits for them; a rank that fails makes the others
+// stop within the communicator's timeout, and the launcher names the rank that failed first. A
+// process started by a launcher (KILN_RANK or Slurm's SLURM_PROCID in its environment, world size
+// above 1) is a rank: it connects to the store, builds its communicator and trains its slice.
+//
 // Output: with --json one JSON line per step and a final {"event":"done",...} line; otherwise
 // the progress line, live when stdout is a terminal. Logs go to stderr (or --log-file).
+#include <kiln/comm/bootstrap.h>
+#include <kiln/comm/communicator.h>
+#include <kiln/comm/local_launcher.h>
+#include <kiln/comm/store.h>
 #include <kiln/obs/http_server.h>
 #include <kiln/obs/metrics.h>
 #include <kiln/obs/metrics_endpoint.h>
@@ -14,6 +25,7 @@
 
 #include <unistd.h>
 
+#include <cstdlib>
 #include <iostream>
 #include <memory>
 #include <string>
@@ -37,7 +49,82 @@ struct TrainFlags {
   std::string debug_dump_dir;
   double peak_gflops = 0;
   bool json = false;
+  int nproc = 1;
+  int zero = 0;
+  CLI::Option* zero_opt = nullptr;
+  std::string ckpt_dir;
+  int ckpt_every = 0;
+  int ckpt_keep = 3;
+  int64_t comm_timeout_ms = 30'000;
+  int stop_after_step = 0;
 };
+
+// This process is a rank of a multi-process job when a launcher gave it an identity.
+bool launched_as_rank() {
+  return std::getenv("KILN_RANK") != nullptr || std::getenv("SLURM_PROCID") != nullptr;
+}
+
+// The command line of one rank: this command again, without --nproc.
+std::vector<std::string> rank_argv(const TrainFlags& f, const GlobalOptions& g) {
+  std::vector<std::string> argv = {self_executable(), "--log-level", g.log_level};
+  if (!g.log_file.empty()) argv.insert(argv.end(), {"--log-file", g.log_file});
+  argv.insert(argv.end(), {"train", f.config_path});
+  auto add = [&argv](const CLI::Option* opt, const std::string& flag, const std::string& value) {
+    if (opt->count() > 0) argv.insert(argv.end(), {flag, value});
+  };
+  add(f.max_steps_opt, "--max-steps", std::to_string(f.max_steps));
+  add(f.batch_opt, "--batch", std::to_string(f.batch));
+  add(f.seq_opt, "--seq", std::to_string(f.seq));
+  add(f.threads_opt, "--threads", std::to_string(f.threads));
+  add(f.seed_opt, "--seed", std::to_string(f.seed));
+  add(f.grad_accum_opt, "--grad-accum", std::to_string(f.grad_accum));
+  add(f.val_every_opt, "--val-every", std::to_string(f.val_every));
+  add(f.zero_opt, "--zero", std::to_string(f.zero));
+  if (f.metrics_port >= 0) {
+    argv.insert(argv.end(), {"--metrics-port", std::to_string(f.metrics_port), "--metrics-bind",
+                             f.metrics_bind});
+  }
+  if (!f.export_path.empty()) argv.insert(argv.end(), {"--export", f.export_path});
+  if (f.peak_gflops > 0) argv.insert(argv.end(), {"--peak-gflops", std::to_string(f.peak_gflops)});
+  if (!f.ckpt_dir.empty()) {
+    argv.insert(argv.end(), {"--ckpt-dir", f.ckpt_dir, "--ckpt-every", std::to_string(f.ckpt_every),
+                             "--ckpt-keep", std::to_string(f.ckpt_keep)});
+  }
+  argv.insert(argv.end(), {"--comm-timeout-ms", std::to_string(f.comm_timeout_ms)});
+  if (f.stop_after_step > 0) {
+    argv.insert(argv.end(), {"--stop-after-step", std::to_string(f.stop_after_step)});
+  }
+  if (f.json) argv.push_back("--json");
+  return argv;
+}
+
+int run_launcher(const TrainFlags& f, const GlobalOptions& g) {
+  std::shared_ptr<LogSink> sink = open_log_sink(g);
+  if (!sink) return kExitBadInput;
+  Logger log(sink, "train");
+  if (!f.debug_dump_dir.empty()) {
+    return report_error("train", Status::invalid_argument("--debug-dump needs --nproc 1"));
+  }
+  comm::LaunchOptions launch;
+  launch.world_size = f.nproc;
+  launch.argv = rank_argv(f, g);
+  launch.grace_ms = f.comm_timeout_ms + 5'000;
+  Result<std::unique_ptr<comm::LocalJob>> job = comm::LocalJob::start(launch, log);
+  if (!job.ok()) return report_error("train", job.status());
+  // A training run has no natural bound; a week is beyond any run on this machine.
+  constexpr int64_t kJobTimeoutMs = 7LL * 24 * 3600 * 1000;
+  Result<comm::JobResult> result = (*job)->wait(kJobTimeoutMs);
+  if (!result.ok()) return report_error("train", result.status());
+  if (!result->ok()) {
+    const comm::RankExit& first = result->ranks[result->first_failed];
+    std::cerr << "kiln train: " << first.describe() << std::endl;
+    for (const comm::RankExit& e : result->ranks) {
+      if (&e != &first && !e.ok()) std::cerr << "  then " << e.describe() << std::endl;
+    }
+    return kExitFailure;
+  }
+  return kExitOk;
+}
 
 train::TrainOverrides overrides_of(const TrainFlags& f) {
   train::TrainOverrides o;
@@ -48,10 +135,12 @@ train::TrainOverrides overrides_of(const TrainFlags& f) {
   if (f.seed_opt->count() > 0) o.seed = f.seed;
   if (f.grad_accum_opt->count() > 0) o.grad_accum = f.grad_accum;
   if (f.val_every_opt->count() > 0) o.val_every = f.val_every;
+  if (f.zero_opt->count() > 0) o.zero = f.zero;
   return o;
 }
 
 int run_train(const TrainFlags& flags, const GlobalOptions& globals) {
+  if (flags.nproc > 1 && !launched_as_rank()) return run_launcher(flags, globals);
   std::shared_ptr<LogSink> sink = open_log_sink(globals);
   if (!sink) return kExitBadInput;
   Logger log(sink, "train");
@@ -61,9 +150,40 @@ int run_train(const TrainFlags& flags, const GlobalOptions& globals) {
   Status s = train::apply_overrides(overrides_of(flags), &*config);
   if (!s.ok()) return report_error("train", s);
 
+  // A rank of a data-parallel job: its identity from the launcher, the store, a communicator.
+  std::unique_ptr<comm::Store> store;
+  std::unique_ptr<comm::Communicator> communicator;
+  int rank = 0;
+  if (launched_as_rank()) {
+    Result<comm::RankEnvironment> env = comm::rank_environment_from_process();
+    if (!env.ok()) return report_error("train", env.status());
+    rank = env->rank;
+    log = Logger(sink, "train.rank" + std::to_string(rank));
+    if (env->world_size > 1) {
+      comm::StoreClientOptions store_options;
+      store_options.address = env->store_address;
+      store_options.token = env->job_token;
+      Result<std::unique_ptr<comm::Store>> st = comm::connect_tcp_store(store_options);
+      if (!st.ok()) return report_error("train rank " + std::to_string(rank), st.status());
+      store = std::move(*st);
+      comm::CommOptions o;
+      o.rank = env->rank;
+      o.world_size = env->world_size;
+      o.host = env->host;
+      o.topology = env->topology;
+      o.timeout_ms = flags.comm_timeout_ms;
+      o.job_token = env->job_token;
+      o.store_prefix = "train";
+      Result<std::unique_ptr<comm::Communicator>> c =
+          comm::Communicator::create(o, store.get(), log);
+      if (!c.ok()) return report_error("train rank " + std::to_string(rank), c.status());
+      communicator = std::move(*c);
+    }
+  }
+
   obs::MetricsRegistry registry;
   std::unique_ptr<obs::HttpServer> server;
-  if (flags.metrics_port >= 0) {
+  if (flags.metrics_port >= 0 && rank == 0) {
     obs::HttpServerOptions http;
     http.port = flags.metrics_port;
     http.bind_address = flags.metrics_bind;
@@ -81,9 +201,19 @@ int run_train(const TrainFlags& flags, const GlobalOptions& globals) {
   options.out = &std::cout;
   options.json = flags.json;
   options.live_progress = isatty(STDOUT_FILENO) == 1;
+  options.comm = communicator.get();
+  options.store = store.get();
+  options.ckpt_dir = flags.ckpt_dir;
+  options.ckpt_every = flags.ckpt_every;
+  options.ckpt_keep = flags.ckpt_keep;
+  options.stop_after_step = flags.stop_after_step;
   Result<train::TrainSummary> summary = train::train(*config, options, &registry, log);
   if (server) server->stop();
-  if (!summary.ok()) return report_error("train", summary.status());
+  if (!summary.ok()) {
+    log.error("training failed", {{"error", summary.status().to_string()}});
+    return report_error(rank == 0 && !communicator ? "train" : "train rank " + std::to_string(rank),
+                        summary.status());
+  }
   log.info("training done", {{"steps", summary->steps},
                              {"train_loss", summary->train_loss},
                              {"val_loss", summary->val_loss},
@@ -119,6 +249,23 @@ Command add_train_command(CLI::App& parent) {
   app->add_option("--peak-gflops", flags->peak_gflops,
                   "peak GFLOP/s for MFU (default: measured by an sgemm probe at start-up)")
       ->check(CLI::PositiveNumber);
+  app->add_option("--nproc", flags->nproc, "data-parallel ranks to start on this host")
+      ->check(CLI::Range(1, 1024));
+  flags->zero_opt = app->add_option("--zero", flags->zero, "overrides train.zero (1: ZeRO-1)");
+  app->add_option("--ckpt-dir", flags->ckpt_dir,
+                  "checkpoint here, resuming from the newest complete checkpoint that verifies");
+  app->add_option("--ckpt-every", flags->ckpt_every, "checkpoint every N steps (and at the end)")
+      ->check(CLI::Range(0, 1'000'000'000));
+  app->add_option("--ckpt-keep", flags->ckpt_keep, "complete checkpoints to keep")
+      ->check(CLI::Range(1, 1000))
+      ->capture_default_str();
+  app->add_option("--comm-timeout-ms", flags->comm_timeout_ms,
+                  "deadline of every collective: how soon the others stop when a rank dies")
+      ->check(CLI::Range(1000, 3'600'000))
+      ->capture_default_str();
+  app->add_option("--stop-after-step", flags->stop_after_step,
+                  "stop (and checkpoint) after this step; the schedule still ends at max_steps")
+      ->check(CLI::Range(1, 1'000'000'000));
   app->add_flag("--json", flags->json, "print one JSON line per step and a final one");
   return {app, [flags](const GlobalOptions& globals) { return run_train(*flags, globals); }};
 }

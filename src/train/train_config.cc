@@ -104,7 +104,8 @@ Result<TrainConfig> load_train_config(const std::string& path) {
       .read_int("val_every", &h.val_every, 0, kStepsMax)
       .read_int("val_batches", &h.val_batches, 0, kValBatchesMax)
       .read_int("seed", &h.seed)
-      .read_int("threads", &h.threads, 1, kThreadsMax);
+      .read_int("threads", &h.threads, 1, kThreadsMax)
+      .read_int("zero", &h.zero, 0, 1);
   KILN_RETURN_IF_ERROR(doc.finish());
 
   const std::vector<std::string> problems = check_across_keys(config);
@@ -143,6 +144,11 @@ Status apply_overrides(const TrainOverrides& o, TrainConfig* config) {
   if (o.seed) {
     c.train.seed = *o.seed;  // every 64-bit seed is valid
     c.overridden.insert("train.seed");
+  }
+  if (o.zero) {
+    KILN_RETURN_IF_ERROR(check_flag("--zero", *o.zero, 0, 1));
+    c.train.zero = *o.zero;
+    c.overridden.insert("train.zero");
   }
   if (o.grad_accum) {
     KILN_RETURN_IF_ERROR(check_flag("--grad-accum", *o.grad_accum, 1, kGradAccumMax));

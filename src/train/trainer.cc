@@ -21,7 +21,9 @@
 #include <ostream>
 #include <vector>
 
+#include "train/data_parallel.h"
 #include "train/schedule.h"
+#include "train/trainer_checkpoint.h"
 #include "train/trainer_debug_dump.h"
 #include "train/trainer_json.h"
 #include "train/trainer_metrics.h"
@@ -36,9 +38,19 @@ int64_t peak_rss_bytes() {
   return static_cast<int64_t>(usage.ru_maxrss) * 1024;  // Linux reports KiB
 }
 
-// The mean loss over `batches` batches from the start of the validation stream.
+// The mean over ranks of `value` (itself when there is one process).
+Result<float> mean_over_ranks(comm::Communicator* comm, float value) {
+  if (comm == nullptr || comm->world_size() == 1) return value;
+  KILN_RETURN_IF_ERROR(comm->run(comm::CollectiveArgs::allreduce(
+      &value, &value, 1, comm::DataType::kF32, comm::ReduceOp::kAvg)));
+  return value;
+}
+
+// The mean loss over `batches` global batches from the start of the validation stream (each
+// rank evaluates its slice; the mean is over ranks too).
 Result<float> validation_loss(DataLoader* val, int batches, Gpt2* model, std::span<int32_t> inputs,
-                              std::span<int32_t> targets, const ops::Context& ctx) {
+                              std::span<int32_t> targets, const ops::Context& ctx,
+                              comm::Communicator* comm) {
   KILN_RETURN_IF_ERROR(val->seek(LoaderPosition{}));
   double sum = 0;
   for (int i = 0; i < batches; ++i) {
@@ -46,7 +58,7 @@ Result<float> validation_loss(DataLoader* val, int batches, Gpt2* model, std::sp
     KILN_ASSIGN_OR_RETURN(float loss, model->forward(inputs, targets, ctx));
     sum += loss;
   }
-  return static_cast<float>(sum / batches);
+  return mean_over_ranks(comm, static_cast<float>(sum / batches));
 }
 
 bool validates_at(const TrainHyperparams& h, int step) {
@@ -60,6 +72,16 @@ Result<TrainSummary> train(const TrainConfig& config, const TrainerOptions& opti
                            obs::MetricsRegistry* registry, const Logger& log,
                            const StepCallback& on_step) {
   const TrainHyperparams& h = config.train;
+  comm::Communicator* comm =
+      options.comm != nullptr && options.comm->world_size() > 1 ? options.comm : nullptr;
+  const int rank = comm != nullptr ? comm->rank() : 0;
+  const int world = comm != nullptr ? comm->world_size() : 1;
+  const bool zero1 = comm != nullptr && h.zero == 1;
+  std::ostream* out = rank == 0 ? options.out : nullptr;
+  if (!options.debug_dump_dir.empty() && world > 1) {
+    return Status::invalid_argument("--debug-dump records a single process's run, not " +
+                                    std::to_string(world) + " ranks");
+  }
   if (!options.debug_dump_dir.empty() && h.grad_accum != 1) {
     return Status::invalid_argument(
         "--debug-dump records one batch per step: it needs "
@@ -67,7 +89,9 @@ Result<TrainSummary> train(const TrainConfig& config, const TrainerOptions& opti
         std::to_string(h.grad_accum));
   }
   ThreadPool pool(h.threads);
+  ops::Workspace workspace;  // the ops' scratch: grows in the first step, reused after
   KILN_ASSIGN_OR_RETURN(ops::Context ctx, ops::make_cpu_context(&pool));
+  ctx.workspace = &workspace;
 
   LoaderConfig train_data;
   train_data.dir = config.data.train;
@@ -75,6 +99,8 @@ Result<TrainSummary> train(const TrainConfig& config, const TrainerOptions& opti
   train_data.seq = h.seq;
   train_data.seed = h.seed;
   train_data.shuffle = true;
+  train_data.rank = rank;
+  train_data.world = world;
   Result<DataLoader> train_loader = DataLoader::open(train_data);
   if (!train_loader.ok()) return train_loader.status().with_context("data.train");
   std::optional<DataLoader> val_loader;
@@ -99,6 +125,9 @@ Result<TrainSummary> train(const TrainConfig& config, const TrainerOptions& opti
                         {"max_steps", h.max_steps},
                         {"threads", h.threads},
                         {"isa", cpu_isa_name(ctx.isa)},
+                        {"rank", rank},
+                        {"world", world},
+                        {"zero", zero1 ? 1 : 0},
                         {"train_tokens", train_loader->tokens()}});
 
   double peak_gflops = options.peak_gflops;
@@ -119,10 +148,68 @@ Result<TrainSummary> train(const TrainConfig& config, const TrainerOptions& opti
     KILN_RETURN_IF_ERROR(dump->write_initial_weights(model));
   }
 
+  // Data parallelism: gradient buckets in backward order, or the ZeRO-1 optimizer.
+  std::optional<GradAllreducer> reducer;
+  std::optional<ShardedAdamW> sharded;
+  std::function<void(int)> block_done;
+  if (comm != nullptr && !zero1) {
+    std::vector<GradBucket> blocks;
+    for (int l = config.model.n_layer - 1; l >= -1; --l) {
+      const BlockRange r = model.block_range(l);
+      blocks.push_back({r.offset, r.count, l});
+    }
+    reducer.emplace(comm, model.grad_data(), plan_buckets(blocks, options.bucket_bytes_min));
+    block_done = [&reducer](int l) { reducer->on_block_done(l); };
+  } else if (zero1) {
+    std::vector<DecayRange> ranges;
+    for (const ParamInfo& p : model.params())
+      ranges.push_back({p.offset, p.numel, p.decay});
+    sharded.emplace(comm, std::move(ranges), model.param_data().size());
+  }
+  MomentLayout moments;
+  moments.total = model.param_data().size();
+  moments.zero_count = moments.total;
+  moments.tail_begin = moments.total;
+  std::span<float> adam_m = model.adam_m(), adam_v = model.adam_v();
+  if (sharded) {
+    moments.zero_begin = sharded->shard_begin();
+    moments.zero_count = sharded->shard_end() - sharded->shard_begin();
+    moments.tail_begin = static_cast<size_t>(world) * moments.zero_count;
+    adam_m = sharded->m();
+    adam_v = sharded->v();
+  }
+
+  // Checkpoints: resume first, so every rank starts from the same state.
+  std::unique_ptr<TrainerCheckpoints> checkpoints;
+  int start_step = 0;
+  if (!options.ckpt_dir.empty()) {
+    TrainerCheckpointOptions c;
+    c.dir = options.ckpt_dir;
+    c.every = options.ckpt_every;
+    c.keep_last = options.ckpt_keep;
+    c.rank = rank;
+    c.world = world;
+    c.store = options.store;
+    c.metrics = registry;
+    c.log = log;
+    const size_t staging = (rank == 0 ? model.param_data().size() : 0) +
+                           (sharded || rank == 0 ? 2 * adam_m.size() : 0);
+    KILN_ASSIGN_OR_RETURN(checkpoints,
+                          TrainerCheckpoints::create(std::move(c), staging * sizeof(float) + 4096));
+    KILN_ASSIGN_OR_RETURN(ResumePoint resumed,
+                          checkpoints->resume(config, model.param_data(), adam_m, adam_v, moments));
+    if (resumed.step > 0) {
+      KILN_RETURN_IF_ERROR(train_loader->seek(resumed.loader));
+      start_step = static_cast<int>(resumed.step);
+    }
+    if (comm != nullptr) KILN_RETURN_IF_ERROR(comm->run(comm::CollectiveArgs::barrier()));
+    if (rank == 0) KILN_RETURN_IF_ERROR(checkpoints->set_aside_skipped());
+  }
+
   const size_t batch_tokens = static_cast<size_t>(h.batch) * h.seq;
   std::vector<int32_t> inputs(batch_tokens), targets(batch_tokens);  // (B, T)
   TrainMetrics metrics(registry);
-  ProgressLine progress(options.json ? nullptr : options.out, options.live_progress);
+  ProgressLine progress(options.json ? nullptr : out, options.live_progress);
   std::array<char, kStepJsonMax> json_line{};
   const LrSchedule schedule{h.lr, h.min_lr, h.warmup_steps, h.max_steps};
   AdamWConfig adamw;
@@ -131,7 +218,7 @@ Result<TrainSummary> train(const TrainConfig& config, const TrainerOptions& opti
   adamw.eps = static_cast<float>(h.eps);
   adamw.weight_decay = static_cast<float>(h.weight_decay);
   const float loss_scale = 1.0f / static_cast<float>(h.grad_accum);
-  const double tokens_per_step = static_cast<double>(batch_tokens) * h.grad_accum;
+  const double tokens_per_step = static_cast<double>(batch_tokens) * h.grad_accum * world;
   const double flops_per_token = model.flops_per_token(h.seq);
 
   TrainSummary summary;
@@ -141,40 +228,65 @@ Result<TrainSummary> train(const TrainConfig& config, const TrainerOptions& opti
   double first_step_ns = 0;
   double later_steps_ns = 0;  // time of steps 2..S, for the mean rate after warm-up
   const int64_t loop_start_ns = monotonic_now_ns();
-  for (int step = 1; step <= h.max_steps; ++step) {
+  const int last_step =
+      options.stop_after_step > 0 ? std::min(options.stop_after_step, h.max_steps) : h.max_steps;
+  if (start_step >= last_step) {
+    return Status::invalid_argument("the run already reached step " + std::to_string(start_step) +
+                                    " (checkpoint in " + options.ckpt_dir +
+                                    "), at or past the last step " + std::to_string(last_step));
+  }
+  for (int step = start_step + 1; step <= last_step; ++step) {
     const int64_t t0 = monotonic_now_ns();
     model.zero_grad();
     double loss_sum = 0;
+    double comm_exposed_ms = 0;
     for (int micro = 0; micro < h.grad_accum; ++micro) {
+      // Buckets go out during the last micro-step's backward, once the sums are complete.
+      const bool last_micro = micro + 1 == h.grad_accum;
       train_loader->next(inputs, targets);
       if (dump) dump->record_batch(step, inputs, targets);
       Result<float> loss = model.forward(inputs, targets, ctx);
       if (!loss.ok()) return loss.status().with_context("step " + std::to_string(step));
       if (dump && step == 1) dump->record_logits(model);
-      Status s = model.backward(loss_scale, ctx);
+      Status s = model.backward(loss_scale, ctx, last_micro ? block_done : nullptr);
+      if (s.ok() && last_micro && reducer) s = reducer->finish(&comm_exposed_ms);
       if (!s.ok()) return s.with_context("step " + std::to_string(step));
       loss_sum += *loss;
     }
     StepReport r;
     r.step = step;
     r.max_steps = h.max_steps;
-    r.loss = static_cast<float>(loss_sum / h.grad_accum);
+    r.world = world;
+    r.resumed_from = start_step;
+    KILN_ASSIGN_OR_RETURN(r.loss,
+                          mean_over_ranks(comm, static_cast<float>(loss_sum / h.grad_accum)));
     if (dump) {
       dump->record_loss(step, r.loss);
       if (step == 1) dump->record_grads(model);
     }
-    KILN_ASSIGN_OR_RETURN(r.grad_norm, model.grad_norm(ctx));
-    const float grad_scale =
-        h.grad_clip > 0 ? ops::grad_clip_scale(r.grad_norm, h.grad_clip) : 1.0f;
     r.lr = learning_rate(schedule, step);
-    KILN_RETURN_IF_ERROR(model.adamw_step(adamw, static_cast<float>(r.lr), step, grad_scale, ctx));
+    if (sharded) {
+      const int64_t z0 = monotonic_now_ns();
+      const AdamWSettings zs{adamw.beta1, adamw.beta2, adamw.eps, adamw.weight_decay};
+      Status s = sharded->step(model.param_data(), model.grad_data(), zs, static_cast<float>(r.lr),
+                               step, h.grad_clip, ctx, &r.grad_norm);
+      if (!s.ok()) return s.with_context("step " + std::to_string(step));
+      comm_exposed_ms = static_cast<double>(monotonic_now_ns() - z0) * 1e-6;
+    } else {
+      KILN_ASSIGN_OR_RETURN(r.grad_norm, model.grad_norm(ctx));
+      const float grad_scale =
+          h.grad_clip > 0 ? ops::grad_clip_scale(r.grad_norm, h.grad_clip) : 1.0f;
+      KILN_RETURN_IF_ERROR(
+          model.adamw_step(adamw, static_cast<float>(r.lr), step, grad_scale, ctx));
+    }
+    r.comm_exposed_ms = comm_exposed_ms;
     const int64_t t1 = monotonic_now_ns();
 
     const double step_ns = static_cast<double>(std::max<int64_t>(t1 - t0, 1));
     r.step_ms = step_ns * 1e-6;
     r.tokens_per_s = tokens_per_step / (step_ns * 1e-9);
     r.mfu = flops_per_token * r.tokens_per_s / (peak_gflops * 1e9);
-    (step == 1 ? first_step_ns : later_steps_ns) += step_ns;
+    (step == start_step + 1 ? first_step_ns : later_steps_ns) += step_ns;
     if (r.mfu > 1 && !warned_mfu) {
       // Only an underestimated peak does this: the probe ran while other work held the cores.
       log.warn(
@@ -183,21 +295,28 @@ Result<TrainSummary> train(const TrainConfig& config, const TrainerOptions& opti
           {{"step", step}, {"mfu", r.mfu}, {"peak_gflops", peak_gflops}});
       warned_mfu = true;
     }
-    if (validates_at(h, step)) {
+    if (validates_at(h, step) || (step == last_step && h.val_batches > 0)) {
       Result<float> val =
-          validation_loss(&*val_loader, h.val_batches, &model, inputs, targets, ctx);
+          validation_loss(&*val_loader, h.val_batches, &model, inputs, targets, ctx, comm);
       if (!val.ok())
         return val.status().with_context("validation after step " + std::to_string(step));
       r.validated = true;
       r.val_loss = *val;
       summary.val_loss = *val;
     }
+    if (checkpoints && checkpoints->due(step, last_step)) {
+      Result<double> stall = checkpoints->save(step, config, model.param_data(), adam_m, adam_v,
+                                               moments, train_loader->position());
+      if (!stall.ok())
+        return stall.status().with_context("checkpoint after step " + std::to_string(step));
+      r.ckpt_stall_ms = *stall;
+    }
     summary.steps = step;
     summary.train_loss = r.loss;
 
-    if (options.out != nullptr && options.json) {
-      *options.out << format_step_json(r, json_line) << '\n';
-      options.out->flush();
+    if (out != nullptr && options.json) {
+      *out << format_step_json(r, json_line) << '\n';
+      out->flush();
     }
     const int64_t now_ns = monotonic_now_ns();
     const double eta_s =
@@ -211,18 +330,19 @@ Result<TrainSummary> train(const TrainConfig& config, const TrainerOptions& opti
     }
   }
 
-  summary.tokens_per_s = summary.steps > 1
-                             ? tokens_per_step * (summary.steps - 1) / (later_steps_ns * 1e-9)
-                             : tokens_per_step / (first_step_ns * 1e-9);
+  const int steps_run = summary.steps - start_step;
+  summary.tokens_per_s = steps_run > 1 ? tokens_per_step * (steps_run - 1) / (later_steps_ns * 1e-9)
+                                       : tokens_per_step / (first_step_ns * 1e-9);
+  if (checkpoints) KILN_RETURN_IF_ERROR(checkpoints->finish());
   if (dump) KILN_RETURN_IF_ERROR(dump->write_steps(model, summary.steps));
-  if (!options.export_path.empty()) {
+  if (!options.export_path.empty() && rank == 0) {
     KILN_RETURN_IF_ERROR(save_weights(model, options.export_path));
     log.info("exported the final weights", {{"path", options.export_path}});
   }
   summary.peak_rss_bytes = peak_rss_bytes();
-  if (options.out != nullptr && options.json) {
-    *options.out << format_done_json(summary) << '\n';
-    options.out->flush();
+  if (out != nullptr && options.json) {
+    *out << format_done_json(summary) << '\n';
+    out->flush();
   }
   return summary;
 }

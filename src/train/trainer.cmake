@@ -4,6 +4,7 @@ list(APPEND KILN_TRAIN_SOURCES
   ${CMAKE_CURRENT_SOURCE_DIR}/train_config.cc
   ${CMAKE_CURRENT_SOURCE_DIR}/schedule.cc
   ${CMAKE_CURRENT_SOURCE_DIR}/trainer.cc
+  ${CMAKE_CURRENT_SOURCE_DIR}/trainer_checkpoint.cc
   ${CMAKE_CURRENT_SOURCE_DIR}/trainer_debug_dump.cc
   ${CMAKE_CURRENT_SOURCE_DIR}/trainer_json.cc
   ${CMAKE_CURRENT_SOURCE_DIR}/trainer_metrics.cc

@@ -60,6 +60,9 @@ std::string_view format_step_json(const StepReport& r, std::span<char> buf) {
   w.field("tokens_per_s", r.tokens_per_s);
   w.field("step_ms", r.step_ms);
   w.field("mfu", r.mfu);
+  w.field("world", r.world);
+  w.field("comm_exposed_ms", r.comm_exposed_ms);
+  w.field("ckpt_stall_ms", r.ckpt_stall_ms);
   if (r.validated) w.field("val_loss", r.val_loss);
   w.text("}");
   return w.view();

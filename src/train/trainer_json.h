@@ -22,7 +22,7 @@ namespace kiln::train {
 
 // Room for every field of a step line at its longest (8 numbers of at most 24 characters, the
 // keys and punctuation), with margin.
-inline constexpr size_t kStepJsonMax = 384;
+inline constexpr size_t kStepJsonMax = 512;
 
 // The step line without its newline, in `buf` (REQUIRES: buf.size() >= kStepJsonMax).
 std::string_view format_step_json(const StepReport& report, std::span<char> buf);

@@ -25,6 +25,9 @@ StepReport report(int step, int max_steps = 300) {
   r.tokens_per_s = 1234.4;
   r.step_ms = 210.2;
   r.mfu = 0.21;
+  r.world = 2;
+  r.comm_exposed_ms = 3.5;
+  r.ckpt_stall_ms = 12.25;
   return r;
 }
 
@@ -39,8 +42,11 @@ TEST(StepJsonTest, HasEveryFieldWithItsValue) {
   EXPECT_DOUBLE_EQ(j["tokens_per_s"].get<double>(), 1234.4);
   EXPECT_DOUBLE_EQ(j["step_ms"].get<double>(), 210.2);
   EXPECT_DOUBLE_EQ(j["mfu"].get<double>(), 0.21);
+  EXPECT_EQ(j["world"], 2);
+  EXPECT_DOUBLE_EQ(j["comm_exposed_ms"].get<double>(), 3.5);
+  EXPECT_DOUBLE_EQ(j["ckpt_stall_ms"].get<double>(), 12.25);
   EXPECT_FALSE(j.contains("val_loss"));
-  EXPECT_EQ(j.size(), 7u);
+  EXPECT_EQ(j.size(), 10u);
 
   r.validated = true;
   r.val_loss = 6.5f;

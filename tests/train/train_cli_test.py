@@ -36,7 +36,8 @@ train:
   seed: 1337
   threads: 2
 """
-STEP_FIELDS = {"step", "loss", "lr", "grad_norm", "tokens_per_s", "step_ms", "mfu"}
+STEP_FIELDS = {"step", "loss", "lr", "grad_norm", "tokens_per_s", "step_ms", "mfu", "world",
+               "comm_exposed_ms", "ckpt_stall_ms"}
 DONE_FIELDS = {"event", "steps", "train_loss", "val_loss", "tokens_per_s", "peak_rss_bytes"}
 TIMEOUT_S = 120  # one command; these runs take seconds
 

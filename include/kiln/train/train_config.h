@@ -68,7 +68,8 @@ struct TrainHyperparams {
   int val_every = 50;      // validate every this many steps (0: only at the last step)
   int val_batches = 10;    // batches per validation (0: no validation)
   uint64_t seed = 1337;    // weights, data order
-  int threads = 2;         // the compute pool
+  int threads = 2;         // the compute pool (per rank)
+  int zero = 0;            // 1: ZeRO-1, AdamW moments sharded across data-parallel ranks
 };
 
 struct TrainConfig {
@@ -93,6 +94,7 @@ struct TrainOverrides {
   std::optional<uint64_t> seed;   // --seed
   std::optional<int> grad_accum;  // --grad-accum
   std::optional<int> val_every;   // --val-every
+  std::optional<int> zero;        // --zero
 };
 
 // Applies the overrides given, checking each against the key's range and the rules above.

@@ -34,6 +34,8 @@
 
 #include <kiln/base/log.h>
 #include <kiln/base/result.h>
+#include <kiln/comm/communicator.h>
+#include <kiln/comm/store.h>
 #include <kiln/obs/metrics.h>
 #include <kiln/train/train_config.h>
 
@@ -50,6 +52,27 @@ struct TrainerOptions {
   // Without json: true redraws the live progress line on `out` (a terminal); false prints only
   // its kept lines (validation steps and the last), for a file or a pipe.
   bool live_progress = false;
+
+  // Data parallelism: this rank's communicator (null: one process). Every rank calls train()
+  // with the same config; each reads its own slice of every global batch (world * batch
+  // windows), gradients are averaged in buckets all-reduced while the backward runs (or, with
+  // train.zero 1, reduce-scattered to ZeRO-1 optimizer shards), and only rank 0 writes `out`,
+  // the export and the debug dump. A failed peer fails the step with kiln_comm's error, which
+  // names it. `store` (the rendezvous store) carries checkpoint records to rank 0.
+  comm::Communicator* comm = nullptr;
+  comm::Store* store = nullptr;
+  // Smallest gradient bucket (bytes); blocks are merged up to it.
+  size_t bucket_bytes_min = 8u << 20;
+
+  // Checkpoints (empty dir: none): the run resumes from the newest complete checkpoint there
+  // that verifies, saves asynchronously every ckpt_every steps and after the last, and keeps
+  // the newest ckpt_keep.
+  std::string ckpt_dir;
+  int ckpt_every = 0;
+  int ckpt_keep = 3;
+  // Stop after this step (0: train.max_steps) without changing the schedule, which still runs to
+  // max_steps: a run split in two (with a checkpoint at the stop) equals one run straight.
+  int stop_after_step = 0;
 };
 
 // `debug_dump_dir` (the input of the golden parity test): before step 1
@@ -71,6 +94,13 @@ struct StepReport {
   double mfu = 0;      // fraction of the peak, in [0, 1] unless the peak was underestimated
   bool validated = false;
   float val_loss = 0;  // when validated
+  // Data parallelism: the wait for gradient collectives after the backward (what overlap did not
+  // hide), 0 with one process. Checkpoints: what the loop waited for the save (copy + a write
+  // still running), 0 on steps without one.
+  double comm_exposed_ms = 0;
+  double ckpt_stall_ms = 0;
+  int world = 1;
+  int resumed_from = 0;  // the checkpoint step this run resumed from (0: none)
 };
 
 struct TrainSummary {

@@ -1,0 +1,288 @@
+// The trainer's checkpoints (see trainer_checkpoint.h).
+#include "train/trainer_checkpoint.h"
+
+#include <algorithm>
+#include <cstring>
+#include <iostream>
+#include <map>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include <kiln/base/checksum.h>
+#include <kiln/ckpt/catalog.h>
+#include <kiln/ckpt/checkpoint.h>
+
+namespace kiln::train {
+namespace {
+
+constexpr std::string_view kMomentsKey = "kiln_train_moments";  // "full", "zero" or "none"
+
+std::string model_hash(const ModelConfig& m) {
+  const std::string text =
+      "gpt2 n_layer=" + std::to_string(m.n_layer) + " n_head=" + std::to_string(m.n_head) +
+      " n_embd=" + std::to_string(m.n_embd) + " block_size=" + std::to_string(m.block_size) +
+      " vocab_size=" + std::to_string(m.vocab_size);
+  return checksum_hex(xxh3(text));
+}
+
+// Copies tensor `name` of `file` (F32, exactly `out.size()` elements) into `out`.
+Status read_f32(const ckpt::SafetensorsFile& file, std::string_view name, std::span<float> out) {
+  KILN_ASSIGN_OR_RETURN(ckpt::TensorEntry t, file.get(name));
+  if (t.dtype != ckpt::DType::kF32 || t.bytes.size() != out.size() * sizeof(float)) {
+    return Status::invalid_argument(file.path() + ": tensor '" + std::string(name) + "' has " +
+                                    std::to_string(t.bytes.size()) + " bytes, this run needs " +
+                                    std::to_string(out.size() * sizeof(float)) + " (F32)");
+  }
+  std::memcpy(out.data(), t.bytes.data(), t.bytes.size());
+  return Status();
+}
+
+Result<size_t> metadata_size(const ckpt::SafetensorsFile& file, const std::string& key) {
+  auto it = file.metadata().find(key);
+  if (it == file.metadata().end()) {
+    return Status::invalid_argument(file.path() + ": no __metadata__." + key);
+  }
+  return static_cast<size_t>(std::stoull(it->second));
+}
+
+}  // namespace
+
+Result<std::unique_ptr<TrainerCheckpoints>> TrainerCheckpoints::create(
+    TrainerCheckpointOptions options, size_t staging_bytes) {
+  if (options.world > 1 && options.store == nullptr) {
+    return Status::invalid_argument("checkpoints of " + std::to_string(options.world) +
+                                    " ranks need the rendezvous store for the record gather");
+  }
+  std::unique_ptr<TrainerCheckpoints> c(new TrainerCheckpoints());
+  c->options_ = options;
+  ckpt::AsyncCheckpointerOptions o;
+  o.dir = options.dir;
+  o.rank = options.rank;
+  o.world = options.world;
+  o.policy = ckpt::OverlapPolicy::kWait;
+  o.keep_last = options.keep_last;
+  o.staging_bytes = staging_bytes;
+  o.metrics = options.metrics;
+  o.log = options.log;
+  if (options.world > 1) {
+    comm::Store* store = options.store;
+    const int rank = options.rank;
+    const int world = options.world;
+    o.gather = [store, rank, world](
+                   int64_t step,
+                   const ckpt::FileRecord& mine) -> Result<std::vector<ckpt::FileRecord>> {
+      const std::string prefix = "kiln/ckpt/" + std::to_string(step) + "/";
+      KILN_RETURN_IF_ERROR(
+          store->set(prefix + std::to_string(rank), ckpt::file_record_to_json(mine)));
+      std::vector<ckpt::FileRecord> all;
+      if (rank != 0) return all;
+      for (int r = 0; r < world; ++r) {
+        Result<std::string> value =
+            store->get(prefix + std::to_string(r), kCheckpointGatherTimeoutMs);
+        if (!value.ok()) {
+          return value.status().with_context("checkpoint step " + std::to_string(step) +
+                                             ": the record of rank " + std::to_string(r));
+        }
+        KILN_ASSIGN_OR_RETURN(ckpt::FileRecord record, ckpt::file_record_from_json(*value));
+        all.push_back(std::move(record));
+      }
+      return all;
+    };
+  }
+  KILN_ASSIGN_OR_RETURN(c->writer_, ckpt::AsyncCheckpointer::create(std::move(o)));
+  return c;
+}
+
+Result<ResumePoint> TrainerCheckpoints::resume(const TrainConfig& config, std::span<float> params,
+                                               std::span<float> m, std::span<float> v,
+                                               const MomentLayout& layout) {
+  KILN_ASSIGN_OR_RETURN(ckpt::ResumeChoice choice, ckpt::find_resume_checkpoint(options_.dir));
+  for (const ckpt::SkippedCheckpoint& s : choice.skipped) {
+    const std::string to = choice.chosen ? "step " + std::to_string(choice.chosen->step)
+                                         : std::string("a fresh start");
+    options_.log.warn("passing over a checkpoint that does not verify",
+                      {{"step", s.step},
+                       {"path", s.path},
+                       {"reason", s.reason.to_string()},
+                       {"resuming_from", to}});
+    if (options_.rank == 0) {
+      std::cerr << "kiln train: checkpoint " << s.path << " cannot be resumed from ("
+                << s.reason.to_string() << "); resuming from " << to << std::endl;
+    }
+    skipped_.push_back(s.path);
+  }
+  if (!choice.chosen) return ResumePoint{};
+  const ckpt::CheckpointInfo& info = *choice.chosen;
+  const std::string where = "checkpoint " + info.path;
+  const nlohmann::json meta = nlohmann::json::parse(info.manifest.metadata_json, nullptr, false);
+  if (meta.is_discarded() || !meta.contains("model_hash") || !meta.contains("loader")) {
+    return Status::invalid_argument(where + ": manifest metadata is not a kiln train state");
+  }
+  if (meta["model_hash"] != model_hash(config.model)) {
+    return Status::invalid_argument(where + " holds a different model than " + config.source +
+                                    " (model_hash " + meta["model_hash"].get<std::string>() +
+                                    " vs " + model_hash(config.model) + ")");
+  }
+  const int64_t global_batch =
+      static_cast<int64_t>(config.train.batch) * static_cast<int64_t>(options_.world);
+  if (meta.value("global_batch", int64_t{0}) != global_batch ||
+      meta.value("seq", 0) != config.train.seq ||
+      meta.value("seed", uint64_t{0}) != config.train.seed) {
+    options_.log.warn(
+        "resuming with another global batch, sequence or seed: the data order differs",
+        {{"checkpoint", info.path}, {"saved", meta.dump()}});
+  }
+
+  // Parameters from rank 0's shard; the moments from the layout they were saved in.
+  KILN_ASSIGN_OR_RETURN(ckpt::SafetensorsFile first, ckpt::load_shard(info.path, info.manifest, 0));
+  KILN_RETURN_IF_ERROR(read_f32(first, "params", params));
+  const std::string saved = first.metadata().count(std::string(kMomentsKey)) > 0
+                                ? first.metadata().at(std::string(kMomentsKey))
+                                : std::string("none");
+  std::vector<float> full_m, full_v;  // whole arenas, only when layouts differ
+  const bool direct = saved == "full" && !layout.sharded();
+  if (direct) {
+    KILN_RETURN_IF_ERROR(read_f32(first, "adam_m", m));
+    KILN_RETURN_IF_ERROR(read_f32(first, "adam_v", v));
+  } else if (saved == "full") {
+    full_m.resize(layout.total);
+    full_v.resize(layout.total);
+    KILN_RETURN_IF_ERROR(read_f32(first, "adam_m", full_m));
+    KILN_RETURN_IF_ERROR(read_f32(first, "adam_v", full_v));
+  } else if (saved == "zero") {
+    full_m.resize(layout.total);
+    full_v.resize(layout.total);
+    for (int r = 0; r < info.manifest.world; ++r) {
+      KILN_ASSIGN_OR_RETURN(
+          ckpt::SafetensorsFile shard,
+          r == 0 ? std::move(first) : ckpt::load_shard(info.path, info.manifest, r));
+      KILN_ASSIGN_OR_RETURN(size_t begin, metadata_size(shard, "zero_begin"));
+      KILN_ASSIGN_OR_RETURN(size_t count, metadata_size(shard, "zero_count"));
+      KILN_ASSIGN_OR_RETURN(size_t tail, metadata_size(shard, "tail_begin"));
+      if (begin + count > layout.total || tail > layout.total) {
+        return Status::invalid_argument(shard.path() + ": moment slice outside the arena");
+      }
+      const size_t n = count + (layout.total - tail);
+      std::vector<float> sm(n), sv(n);
+      KILN_RETURN_IF_ERROR(read_f32(shard, "adam_m", sm));
+      KILN_RETURN_IF_ERROR(read_f32(shard, "adam_v", sv));
+      std::copy(sm.begin(), sm.begin() + count, full_m.begin() + begin);
+      std::copy(sv.begin(), sv.begin() + count, full_v.begin() + begin);
+      std::copy(sm.begin() + count, sm.end(), full_m.begin() + tail);
+      std::copy(sv.begin() + count, sv.end(), full_v.begin() + tail);
+    }
+  } else {
+    return Status::invalid_argument(where + ": rank 0's shard has no optimizer moments");
+  }
+  if (!direct) {
+    // This run's layout: the whole arena, or its slice followed by the tail.
+    auto place = [&](const std::vector<float>& full, std::span<float> out) {
+      if (!layout.sharded()) {
+        std::copy(full.begin(), full.end(), out.begin());
+        return;
+      }
+      std::copy(full.begin() + layout.zero_begin,
+                full.begin() + layout.zero_begin + layout.zero_count, out.begin());
+      std::copy(full.begin() + layout.tail_begin, full.end(), out.begin() + layout.zero_count);
+    };
+    place(full_m, m);
+    place(full_v, v);
+  }
+  ResumePoint point;
+  point.step = info.step;
+  point.loader.epoch = meta["loader"].value("epoch", uint64_t{0});
+  point.loader.window = meta["loader"].value("window", uint64_t{0});
+  options_.log.info("resumed from a checkpoint", {{"path", info.path},
+                                                  {"step", info.step},
+                                                  {"saved_world", info.manifest.world},
+                                                  {"world", options_.world},
+                                                  {"moments", saved}});
+  return point;
+}
+
+Status TrainerCheckpoints::set_aside_skipped() {
+  for (const std::string& path : skipped_) {
+    if (!ckpt::read_manifest(path).status().is_not_found()) {
+      KILN_ASSIGN_OR_RETURN(std::string moved, ckpt::set_aside_checkpoint(path));
+      options_.log.warn("set a checkpoint that does not verify aside",
+                        {{"from", path}, {"to", moved}});
+    }
+  }
+  skipped_.clear();
+  return Status();
+}
+
+bool TrainerCheckpoints::due(int64_t step, int64_t max_steps) const {
+  return step == max_steps || (options_.every > 0 && step % options_.every == 0);
+}
+
+void TrainerCheckpoints::log_completed() {
+  for (const ckpt::CompletedSave& done : writer_->take_completed()) {
+    if (done.status.ok()) {
+      options_.log.info("checkpoint durable", {{"step", done.step},
+                                               {"bytes", done.record.size_bytes},
+                                               {"write_s", done.write_seconds},
+                                               {"committed", done.committed}});
+      last_failure_ = Status();
+    } else {
+      options_.log.error("checkpoint failed; the previous one stays the newest complete",
+                         {{"step", done.step}, {"error", done.status.to_string()}});
+      last_failure_ = done.status.with_context("checkpoint step " + std::to_string(done.step));
+    }
+  }
+}
+
+Result<double> TrainerCheckpoints::save(int64_t step, const TrainConfig& config,
+                                        std::span<const float> params, std::span<const float> m,
+                                        std::span<const float> v, const MomentLayout& layout,
+                                        const LoaderPosition& position) {
+  log_completed();
+  const auto n = [](std::span<const float> s) {
+    return std::vector<int64_t>{static_cast<int64_t>(s.size())};
+  };
+  std::vector<ckpt::TensorRef> tensors;
+  std::map<std::string, std::string> shard_meta;
+  if (options_.rank == 0)
+    tensors.push_back({"params", ckpt::DType::kF32, n(params), params.data()});
+  if (layout.sharded()) {
+    tensors.push_back({"adam_m", ckpt::DType::kF32, n(m), m.data()});
+    tensors.push_back({"adam_v", ckpt::DType::kF32, n(v), v.data()});
+    shard_meta[std::string(kMomentsKey)] = "zero";
+    shard_meta["zero_begin"] = std::to_string(layout.zero_begin);
+    shard_meta["zero_count"] = std::to_string(layout.zero_count);
+    shard_meta["tail_begin"] = std::to_string(layout.tail_begin);
+  } else if (options_.rank == 0) {
+    tensors.push_back({"adam_m", ckpt::DType::kF32, n(m), m.data()});
+    tensors.push_back({"adam_v", ckpt::DType::kF32, n(v), v.data()});
+    shard_meta[std::string(kMomentsKey)] = "full";
+  } else {
+    shard_meta[std::string(kMomentsKey)] = "none";  // replicated state lives in rank 0's shard
+  }
+  nlohmann::json meta = {
+      {"format", "kiln-train-state"},
+      {"step", step},
+      {"world", options_.world},
+      {"global_batch", static_cast<int64_t>(config.train.batch) * options_.world},
+      {"seq", config.train.seq},
+      {"seed", config.train.seed},
+      {"model_hash", model_hash(config.model)},
+      {"zero", layout.sharded()},
+      {"loader", {{"epoch", position.epoch}, {"window", position.window}}},
+  };
+  ckpt::SaveRequest request;
+  request.step = step;
+  request.tensors = tensors;
+  request.shard_metadata = std::move(shard_meta);
+  request.manifest_metadata_json = meta.dump();
+  KILN_ASSIGN_OR_RETURN(ckpt::SaveTicket ticket, writer_->save(request));
+  return ticket.stall_seconds() * 1e3;
+}
+
+Status TrainerCheckpoints::finish() {
+  KILN_RETURN_IF_ERROR(writer_->wait_idle(Deadline::after_ms(kCheckpointGatherTimeoutMs * 2)));
+  log_completed();
+  return last_failure_;
+}
+
+}  // namespace kiln::train
