@@ -10,19 +10,11 @@ find_package(CLI11 REQUIRED)
 find_package(prometheus-cpp REQUIRED COMPONENTS core)
 pkg_check_modules(HTTPLIB REQUIRED IMPORTED_TARGET cpp-httplib)
 pkg_check_modules(XXHASH REQUIRED IMPORTED_TARGET libxxhash)
-# OpenBLAS, serial build, linked statically (libopenblas-serial-dev). kiln_ops splits every GEMM
-# over its own thread pool and calls sgemm single-threaded in each task, so OpenBLAS's threads
-# would only idle; worse, the pthread build starts them when the library loads, before main()
-# can block SIGINT/SIGTERM/SIGUSR1, and a process-directed signal landing on one of them takes
-# the default action (kills the process) instead of reaching Kiln's signal thread. Static, so the
-# system's libopenblas.so.0 alternative (the pthread build) is never picked up at run time.
-set(KILN_OPENBLAS_SERIAL_DIR /usr/lib/x86_64-linux-gnu/openblas-serial)
-find_library(KILN_OPENBLAS_SERIAL_LIB libopenblas.a PATHS ${KILN_OPENBLAS_SERIAL_DIR}
-             NO_DEFAULT_PATH REQUIRED)
-add_library(KilnOpenBLAS INTERFACE IMPORTED)
-target_include_directories(KilnOpenBLAS SYSTEM INTERFACE
-                           /usr/include/x86_64-linux-gnu/openblas-serial)
-target_link_libraries(KilnOpenBLAS INTERFACE ${KILN_OPENBLAS_SERIAL_LIB} Threads::Threads m)
+# OpenBLAS, threaded build (the system's libopenblas.so.0). kiln_ops calls sgemm from every
+# thread of its own pool at once, which only the threaded build supports (the serial build's
+# buffer allocation is not thread-safe); it runs single-threaded inside each task. The `kiln`
+# binary makes sure OpenBLAS starts no threads of its own (src/cli/main.cc says why).
+pkg_check_modules(OPENBLAS REQUIRED IMPORTED_TARGET openblas)
 find_package(OpenSSL REQUIRED)
 
 if(KILN_BUILD_TESTS)

@@ -2,12 +2,34 @@
 //
 // Thin on purpose: each subcommand's flags live in its own cmd_<name>.cc and everything it does
 // lives in a library.
+#include <unistd.h>
+
+#include <cstdlib>
 #include <iostream>
 #include <vector>
 
 #include "cli/command.h"
 
+namespace {
+
+// kiln_ops runs sgemm single-threaded inside its own thread pool. OpenBLAS's threaded build,
+// which Kiln links (its serial build is not safe to call from several threads at once), starts
+// its own worker threads when the library loads, before main() can block the signals Kiln
+// handles on a signal thread; a process-directed SIGINT/SIGTERM/SIGUSR1 landing on one of those
+// workers would take the default action and kill the process. With OPENBLAS_NUM_THREADS=1 in
+// the environment at load time it starts none, so the first kiln process sets it and executes
+// itself again (its children, the ranks of a job, inherit it). A value the user set is kept.
+void ensure_openblas_starts_no_threads(char** argv) {
+  if (std::getenv("OPENBLAS_NUM_THREADS") != nullptr) return;
+  if (::setenv("OPENBLAS_NUM_THREADS", "1", /*overwrite=*/1) != 0) return;
+  ::execv("/proc/self/exe", argv);
+  // Only reached when the exec failed: carry on with OpenBLAS's threads idle beside ours.
+}
+
+}  // namespace
+
 int main(int argc, char** argv) {
+  ensure_openblas_starts_no_threads(argv);
   using kiln::cli::Command;
   CLI::App app{
       "Kiln: infrastructure for training large models across many machines.\n"

@@ -24,9 +24,8 @@ namespace {
 // Fewer rows than this per task and a split costs more than it saves.
 constexpr int64_t kMinRowsPerTask = 32;
 
-// OpenBLAS runs inside kiln_ops' pool, never with its own threads. Kiln links the serial build
-// (cmake/KilnDependencies.cmake), where this is a no-op; it keeps a threaded build that someone
-// links instead from starting a second pool.
+// OpenBLAS runs inside kiln_ops' pool, never with its own threads (the `kiln` binary starts it
+// with OPENBLAS_NUM_THREADS=1; this covers every other program linking kiln_ops).
 void use_single_threaded_blas() {
   if (openblas_get_num_threads() != 1) openblas_set_num_threads(1);
 }
