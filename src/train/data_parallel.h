@@ -15,7 +15,9 @@
 // tail [W*s, n) (fewer than W elements) is all-reduced and updated by every rank alike. After the
 // backward: reduce-scatter (average) the gradients so each rank holds its slice's global gradient,
 // compute the global gradient norm from the slices (one allreduce of a double), update the slice
-// with AdamW (moments exist only for the slice: 1/W of the memory), then all-gather the parameters.
+// with AdamW (its moments exist only for the slice: 1/W of the memory; the trainer still has the
+// model allocate full moment arenas, unused under ZeRO-1, a gap left for later), then all-gather
+// the parameters.
 // Elements are updated with exactly the formulas of the replicated path, so both agree to f32
 // rounding.
 #ifndef KILN_TRAIN_DATA_PARALLEL_H_

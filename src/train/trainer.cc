@@ -285,7 +285,8 @@ Result<TrainSummary> train(const TrainConfig& config, const TrainerOptions& opti
     const double step_ns = static_cast<double>(std::max<int64_t>(t1 - t0, 1));
     r.step_ms = step_ns * 1e-6;
     r.tokens_per_s = tokens_per_step / (step_ns * 1e-9);
-    r.mfu = flops_per_token * r.tokens_per_s / (peak_gflops * 1e9);
+    // The peak is one rank's; tokens/s counts every rank.
+    r.mfu = flops_per_token * r.tokens_per_s / (peak_gflops * 1e9 * world);
     (step == start_step + 1 ? first_step_ns : later_steps_ns) += step_ns;
     if (r.mfu > 1 && !warned_mfu) {
       // Only an underestimated peak does this: the probe ran while other work held the cores.
@@ -319,8 +320,8 @@ Result<TrainSummary> train(const TrainConfig& config, const TrainerOptions& opti
       out->flush();
     }
     const int64_t now_ns = monotonic_now_ns();
-    const double eta_s =
-        static_cast<double>(now_ns - loop_start_ns) * 1e-9 / step * (h.max_steps - step);
+    const double eta_s = static_cast<double>(now_ns - loop_start_ns) * 1e-9 / (step - start_step) *
+                         (last_step - step);
     progress.update(r, eta_s, now_ns);
     metrics.record(r);
     if (on_step) on_step(r);

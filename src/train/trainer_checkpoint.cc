@@ -226,9 +226,8 @@ void TrainerCheckpoints::log_completed() {
                                                {"committed", done.committed}});
       last_failure_ = Status();
     } else {
-      options_.log.error("checkpoint failed; the previous one stays the newest complete",
-                         {{"step", done.step}, {"error", done.status.to_string()}});
-      last_failure_ = done.status.with_context("checkpoint step " + std::to_string(done.step));
+      // kiln_ckpt logged the failure with its file; keep it for finish(), which reports it.
+      last_failure_ = done.status;
     }
   }
 }

@@ -1,5 +1,6 @@
-// The single-process trainer behind `kiln train`: GPT-2 on token shards, AdamW, a warmup+cosine
-// schedule, periodic validation.
+// The trainer behind `kiln train`: GPT-2 on token shards, AdamW, a warmup+cosine schedule,
+// periodic validation; data-parallel over kiln_comm and checkpointed through kiln_ckpt when
+// TrainerOptions ask for it.
 //
 // One optimizer step (llm.c's train_gpt2 loop):
 //   zero_grad; grad_accum times: loader.next -> forward -> backward(loss_scale = 1/grad_accum)
@@ -10,20 +11,24 @@
 //
 // Invariants:
 // - Every buffer (model arenas, batches, validation, debug-dump records) is sized before step 1;
-//   a step allocates nothing.
+//   a single-process step without a checkpoint allocates nothing (trainer_alloc_test.cc). A
+//   checkpoint step builds its save request, and each collective of a data-parallel step its
+//   small work handle.
 // - Deterministic: the same config (seed, threads included) gives bit-identical losses.
 // - All compute runs on one ThreadPool of `train.threads` threads (ops::Context).
 //
 // Output, to `TrainerOptions::out` when set:
-// - json: one line per step {"step","loss","lr","grad_norm","tokens_per_s","step_ms","mfu"} plus
-//   "val_loss" on steps that validate, then {"event":"done","steps","train_loss","val_loss",
-//   "tokens_per_s" (mean over the steps after the first),"peak_rss_bytes"}.
+// - json: one line per step {"step","loss","lr","grad_norm","tokens_per_s","step_ms","mfu",
+//   "world","comm_exposed_ms","ckpt_stall_ms"} plus "val_loss" on steps that validate, then
+//   {"event":"done","steps","train_loss","val_loss", "tokens_per_s" (mean over the steps after the
+//   first),"peak_rss_bytes"}.
 // - otherwise the progress line `step 12/300 | loss 6.123 | val 6.201 | 1234 tok/s | 210 ms/step |
 //   ETA 1m02s`: live, it is redrawn in place at most 4 times a second; at validation steps and at
 //   the end it is kept (newline), and those kept lines are all that is printed when not live.
 // Metrics (when given a registry): kiln_train_step, kiln_train_loss, kiln_train_val_loss,
 // kiln_train_tokens_per_second, kiln_train_mfu (gauges), kiln_train_step_seconds (histogram).
-// MFU = flops_per_token * tokens/s / peak, the peak from TrainerOptions or measured at start-up.
+// MFU = flops_per_token * tokens/s / (peak * world), the peak (one rank's) from TrainerOptions or
+// measured at start-up.
 #ifndef KILN_TRAIN_TRAINER_H_
 #define KILN_TRAIN_TRAINER_H_
 
