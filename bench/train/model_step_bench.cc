@@ -4,9 +4,10 @@
 //   kiln_model_step_bench [--batch 8] [--seq 256] [--steps 5] [--threads 1,2] [--no-ops]
 //
 // The model is configs/tiny.yaml's (6 layers, 6 heads, C = 384, block 256, V = 50257 padded to
-// 50304). Each thread count gets its own pool and model; one untimed step warms up (page faults,
-// OpenBLAS's buffers), then --steps steps are timed and the median is reported, as tokens/s =
-// B * T / step time, and as GFLOP/s by the model's flops_per_token (llm.c's 6N + 6LCT).
+// 50304). Each thread count gets its own pool, ops workspace and model; one untimed step warms up
+// (page faults, OpenBLAS's buffers, the workspace's growth), then --steps steps are timed and the
+// median is reported, as tokens/s = B * T / step time, and as GFLOP/s by the model's
+// flops_per_token (llm.c's 6N + 6LCT).
 //
 // The per-op table times each op alone on the step's shapes (its own buffers, the median of a
 // few calls) and multiplies by its calls per step; the sum beside the measured step shows what
@@ -260,8 +261,10 @@ int main(int argc, char** argv) {
               o.seq, o.steps);
   for (int threads : o.threads) {
     ThreadPool pool(threads);
+    kiln::ops::Workspace workspace;  // the ops' scratch, as the trainer gives it
     kiln::Result<Context> ctx = kiln::ops::make_cpu_context(&pool);
     check(ctx.status(), "context");
+    ctx->workspace = &workspace;
     kiln::Result<Gpt2> created = Gpt2::create(config, o.batch, o.seq);
     check(created.status(), "create");
     Gpt2& model = *created;

@@ -1,10 +1,41 @@
 // See include/kiln/ops/context.h.
 #include <kiln/ops/context.h>
 
+#include <cstdint>
 #include <cstdlib>
 #include <string>
 
 namespace kiln::ops {
+
+Workspace::Workspace() = default;
+
+Workspace::~Workspace() {
+  std::free(data_);
+}
+
+void* Workspace::reserve(size_t bytes) {
+  if (data_ != nullptr && bytes <= capacity_) return data_;
+  // Free first: the contents need not survive, and the peak stays at one block.
+  std::free(data_);
+  data_ = nullptr;
+  capacity_ = 0;
+  if (bytes > SIZE_MAX - kWorkspaceAlign) return nullptr;  // cannot be rounded up, let alone had
+  const size_t wanted = bytes == 0 ? 1 : bytes;
+  const size_t rounded = (wanted + kWorkspaceAlign - 1) / kWorkspaceAlign * kWorkspaceAlign;
+  data_ = std::aligned_alloc(kWorkspaceAlign, rounded);
+  if (data_ == nullptr) return nullptr;
+  capacity_ = rounded;
+  ++allocations_;
+  return data_;
+}
+
+size_t Workspace::capacity() const {
+  return capacity_;
+}
+
+int64_t Workspace::allocations() const {
+  return allocations_;
+}
 
 Result<CpuIsa> ops_isa_from_environment() {
   const CpuIsa best = detect_cpu_features().best_isa();

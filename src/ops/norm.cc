@@ -1,4 +1,5 @@
 // LayerNorm and RMSNorm: validation, the row split, and dispatch to cpu/norm.inc's kernels.
+// The backwards' per-task partials come from the context's workspace when it has one.
 //
 // Every view is checked before anything is written, so an invalid call leaves every buffer as
 // it was. The split of rows into tasks depends only on (N, C), never on the thread count, which
@@ -7,7 +8,6 @@
 
 #include <cstdint>
 #include <string>
-#include <vector>
 
 #include "ops/cpu/kernels_norm.h"
 #include "ops/dispatch.h"
@@ -50,6 +50,17 @@ Status expect_rows(const char* op, const char* name, const TensorView& t, int64_
                                   ", less than its " + std::to_string(C) + " columns");
 }
 
+// The per-task parameter-gradient partials of a backward (floats_per_task each) into
+// split->partials: from the caller's workspace, or `own` when the context has none.
+Status take_partials(const char* op, const Context& ctx, int64_t floats_per_task, Workspace* own,
+                     cpu::NormSplit* split) {
+  Workspace& workspace = ctx.workspace != nullptr ? *ctx.workspace : *own;
+  const int64_t bytes = split->tasks * floats_per_task * static_cast<int64_t>(sizeof(float));
+  split->partials = static_cast<float*>(workspace.reserve(static_cast<size_t>(bytes)));
+  if (split->partials == nullptr) return scratch_unavailable(op, bytes);
+  return Status();
+}
+
 // f32 (n), contiguous.
 Status expect_vector(const char* op, const char* name, const TensorView& t, int64_t n) {
   KILN_RETURN_IF_ERROR(expect_shape(op, name, t, DType::kF32, {n}));
@@ -87,9 +98,8 @@ Status layernorm_backward(const LayerNormBackwardParams& p, const Context& ctx) 
   KILN_RETURN_IF_ERROR(expect_vector(kOp, "dweight", p.dweight, C));
   KILN_RETURN_IF_ERROR(expect_vector(kOp, "dbias", p.dbias, C));
   cpu::NormSplit split = split_rows(N, C);
-  // Per task: partial dweight (C) then partial dbias (C).
-  std::vector<float> partials(static_cast<size_t>(split.tasks * 2 * C));
-  split.partials = partials.data();
+  Workspace own;
+  KILN_RETURN_IF_ERROR(take_partials(kOp, ctx, 2 * C, &own, &split));  // dweight (C), dbias (C)
   return KILN_OPS_DISPATCH(ctx, kOp, layernorm_backward, p, ctx, split);
 }
 
@@ -118,8 +128,8 @@ Status rmsnorm_backward(const RmsNormBackwardParams& p, const Context& ctx) {
   KILN_RETURN_IF_ERROR(expect_rows(kOp, "dx", p.dx, N, C));
   KILN_RETURN_IF_ERROR(expect_vector(kOp, "dweight", p.dweight, C));
   cpu::NormSplit split = split_rows(N, C);
-  std::vector<float> partials(static_cast<size_t>(split.tasks * C));  // per task: dweight (C)
-  split.partials = partials.data();
+  Workspace own;
+  KILN_RETURN_IF_ERROR(take_partials(kOp, ctx, C, &own, &split));  // dweight (C)
   return KILN_OPS_DISPATCH(ctx, kOp, rmsnorm_backward, p, ctx, split);
 }
 

@@ -127,9 +127,8 @@ Status ShardedAdamW::step(std::span<float> params, std::span<float> grads,
   KILN_RETURN_IF_ERROR(tail_reduce.wait());
 
   // Global norm: squares of the slices summed over ranks, plus the tail once.
-  std::vector<ops::TensorView> mine;
-  mine.push_back(ops::TensorView::f32(grads.data() + begin_, {static_cast<int64_t>(slice_)}));
-  KILN_ASSIGN_OR_RETURN(double slice_norm, ops::global_grad_norm(mine, ctx));
+  slice_view_[0] = ops::TensorView::f32(grads.data() + begin_, {static_cast<int64_t>(slice_)});
+  KILN_ASSIGN_OR_RETURN(double slice_norm, ops::global_grad_norm(slice_view_, ctx));
   double sum_sq = slice_norm * slice_norm;
   KILN_RETURN_IF_ERROR(comm_->run(comm::CollectiveArgs::allreduce(
       &sum_sq, &sum_sq, 1, comm::DataType::kF64, comm::ReduceOp::kSum)));

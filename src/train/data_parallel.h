@@ -32,6 +32,7 @@
 #include <kiln/comm/communicator.h>
 #include <kiln/comm/work.h>
 #include <kiln/ops/context.h>
+#include <kiln/ops/tensor.h>
 
 namespace kiln::train {
 
@@ -113,6 +114,7 @@ class ShardedAdamW {
   size_t slice_ = 0;  // total / world: the reduce-scatter block; the tail is all-reduced
   std::vector<float> m_;
   std::vector<float> v_;
+  std::vector<ops::TensorView> slice_view_ = std::vector<ops::TensorView>(1);  // reused per step
 };
 
 }  // namespace kiln::train

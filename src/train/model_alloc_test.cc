@@ -6,12 +6,10 @@
 // model.cmake), so every C allocation made by our static libraries is seen too. (OpenBLAS, a
 // shared library, keeps its own preallocated buffers and is not seen.)
 //
-// What is counted today beyond the model's own code, which is zero: kiln_ops allocates scratch
-// inside a few ops (attention's per-thread tiles and dq partials, layernorm_backward's partial
-// dweight/dbias, global_grad_norm's chunk list). Those counts are the ops' share, spelled out
-// below (global_grad_norm's, which grows with the arena, measured by calling it directly); the
-// test fails if the model adds a single allocation of its own, and the constants go to zero
-// when kiln_ops takes its scratch from the caller.
+// The ops that need scratch (attention forward and backward, layernorm_backward, global_grad_norm)
+// take it from the Context's ops::Workspace: with one, a step after the first allocates nothing
+// at all. Without one, each such op call allocates exactly one block of its own, which the second
+// test spells out, so it too fails if the model adds a single allocation of its own.
 #include <kiln/train/model.h>
 
 #include <gtest/gtest.h>
@@ -26,7 +24,6 @@
 
 #include <kiln/base/thread_pool.h>
 #include <kiln/ops/context.h>
-#include <kiln/ops/optimizer.h>
 #include <kiln/train/rng.h>
 
 // The counter of the hooks below: test instrumentation, which has to be global (operator new
@@ -114,87 +111,113 @@ class AllocationCount {
   int64_t count() const { return g_allocations.load(); }
 };
 
-// kiln_ops' own scratch allocations per call (see the file comment), with L blocks:
-// attention_forward: one per-thread tile buffer.
-constexpr int64_t kAttentionForwardScratch = 1;
-// attention_backward: D_i = rowsum(dO * O), the dq partials, the per-thread tiles.
-constexpr int64_t kAttentionBackwardScratch = 3;
-// layernorm_backward: the per-task partial dweight/dbias (a std::vector).
-constexpr int64_t kLayerNormBackwardScratch = 1;
+// The model and the inputs of one training step.
+struct Step {
+  Step() {
+    config.n_layer = 2;
+    config.n_head = 2;
+    config.n_embd = 64;
+    config.block_size = 32;
+    config.vocab_size = 300;
+    Rng rng(2);
+    for (size_t i = 0; i < tokens.size(); ++i) {
+      tokens[i] = static_cast<int32_t>(rng.next_below(300));
+      targets[i] = static_cast<int32_t>(rng.next_below(300));
+    }
+  }
 
-TEST(ModelAllocTest, TrainingStepAllocatesNothingOfItsOwn) {
-  ModelConfig c;
-  c.n_layer = 2;
-  c.n_head = 2;
-  c.n_embd = 64;
-  c.block_size = 32;
-  c.vocab_size = 300;
-  constexpr int kBatch = 2, kSeq = 32;
+  static constexpr int kBatch = 2, kSeq = 32;
+  ModelConfig config;
+  std::vector<int32_t> tokens = std::vector<int32_t>(kBatch * kSeq);
+  std::vector<int32_t> targets = std::vector<int32_t>(kBatch * kSeq);
+};
+
+// The allocations of each phase of one step.
+struct Counts {
+  int64_t forward = 0, backward = 0, norm = 0, update = 0;
+};
+
+// Runs training step `step` (counting from 1) and counts each phase's allocations.
+void run_step(const Step& in, Gpt2* model, const ops::Context& ctx, int step, Counts* out) {
+  const std::function<void(int)> hook = [](int) {};
+  const AdamWConfig adamw;
+  {
+    AllocationCount count;
+    model->zero_grad();
+    Result<float> loss = model->forward(in.tokens, in.targets, ctx);
+    out->forward = count.count();
+    ASSERT_TRUE(loss.ok());
+  }
+  {
+    AllocationCount count;
+    Status st = model->backward(1.0f, ctx, hook);
+    out->backward = count.count();
+    ASSERT_TRUE(st.ok());
+  }
+  {
+    AllocationCount count;
+    Result<double> n = model->grad_norm(ctx);
+    out->norm = count.count();
+    ASSERT_TRUE(n.ok());
+  }
+  {
+    AllocationCount count;
+    Status st = model->adamw_step(adamw, 1e-3f, step, 1.0f, ctx);
+    out->update = count.count();
+    ASSERT_TRUE(st.ok());
+  }
+}
+
+TEST(ModelAllocTest, WithAWorkspaceAStepAfterTheFirstAllocatesNothing) {
+  const Step in;
   ThreadPool pool(2);
+  ops::Workspace workspace;
   Result<ops::Context> ctx = ops::make_cpu_context(&pool);
   ASSERT_TRUE(ctx.ok());
-  Result<Gpt2> created = Gpt2::create(c, kBatch, kSeq);
+  ctx->workspace = &workspace;
+  Result<Gpt2> created = Gpt2::create(in.config, Step::kBatch, Step::kSeq);
   ASSERT_TRUE(created.ok());
   Gpt2& model = *created;
   model.init_weights(1);
-  Rng rng(2);
-  std::vector<int32_t> tokens(kBatch * kSeq), targets(kBatch * kSeq);
-  for (size_t i = 0; i < tokens.size(); ++i) {
-    tokens[i] = static_cast<int32_t>(rng.next_below(300));
-    targets[i] = static_cast<int32_t>(rng.next_below(300));
-  }
-  const std::function<void(int)> hook = [](int) {};
-  const AdamWConfig adamw;
 
-  // Two steps: the first may warm up anything lazy (OpenBLAS's buffers, the pool's threads).
-  for (int step = 1; step <= 2; ++step) {
-    int64_t forward = 0, backward = 0, norm = 0, update = 0;
-    {
-      AllocationCount count;
-      model.zero_grad();
-      Result<float> loss = model.forward(tokens, targets, *ctx);
-      forward = count.count();
-      ASSERT_TRUE(loss.ok());
-    }
-    {
-      AllocationCount count;
-      Status st = model.backward(1.0f, *ctx, hook);
-      backward = count.count();
-      ASSERT_TRUE(st.ok());
-    }
-    {
-      AllocationCount count;
-      Result<double> n = model.grad_norm(*ctx);
-      norm = count.count();
-      ASSERT_TRUE(n.ok());
-    }
-    {
-      AllocationCount count;
-      Status st = model.adamw_step(adamw, 1e-3f, step, 1.0f, *ctx);
-      update = count.count();
-      ASSERT_TRUE(st.ok());
-    }
-    if (step == 1) continue;
-    const int64_t L = c.n_layer;
-    EXPECT_EQ(forward, L * kAttentionForwardScratch) << "forward";
-    // Per block: ln_2 and ln_1 backward, attention backward; then ln_f's backward once.
-    EXPECT_EQ(backward, L * (2 * kLayerNormBackwardScratch + kAttentionBackwardScratch) +
-                            kLayerNormBackwardScratch)
-        << "backward";
-    // global_grad_norm's chunk list grows with the arena, so its share is measured: the same
-    // call on the same gradient arena, made directly.
-    const std::vector<ops::TensorView> grads = {ops::TensorView::f32(
-        model.grad_data().data(), {static_cast<int64_t>(model.grad_data().size())})};
-    int64_t ops_norm = 0;
-    {
-      AllocationCount count;
-      Result<double> direct = ops::global_grad_norm(grads, *ctx);
-      ops_norm = count.count();
-      ASSERT_TRUE(direct.ok());
-    }
-    EXPECT_EQ(norm, ops_norm) << "grad_norm";
-    EXPECT_EQ(update, 0) << "adamw_step";
+  // The first step may warm up anything lazy: OpenBLAS's buffers, the pool's threads, the
+  // workspace's growth to the largest op's scratch.
+  Counts first;
+  ASSERT_NO_FATAL_FAILURE(run_step(in, &model, *ctx, 1, &first));
+  const int64_t grown = workspace.allocations();
+  EXPECT_GE(grown, 1) << "the ops took no scratch from the workspace";
+  for (int step = 2; step <= 3; ++step) {
+    Counts c;
+    ASSERT_NO_FATAL_FAILURE(run_step(in, &model, *ctx, step, &c));
+    EXPECT_EQ(c.forward, 0) << "forward, step " << step;
+    EXPECT_EQ(c.backward, 0) << "backward, step " << step;
+    EXPECT_EQ(c.norm, 0) << "grad_norm, step " << step;
+    EXPECT_EQ(c.update, 0) << "adamw_step, step " << step;
   }
+  EXPECT_EQ(workspace.allocations(), grown);
+}
+
+// Without a workspace, each op call that needs scratch allocates one block of its own
+// (kiln_ops' fallback) and the model nothing beyond: with L blocks, attention_forward once per
+// block; per block ln_2's and ln_1's backward and attention_backward, then ln_f's backward once;
+// global_grad_norm once.
+TEST(ModelAllocTest, WithoutAWorkspaceOnlyTheOpsScratchIsAllocated) {
+  const Step in;
+  ThreadPool pool(2);
+  Result<ops::Context> ctx = ops::make_cpu_context(&pool);
+  ASSERT_TRUE(ctx.ok());
+  ASSERT_EQ(ctx->workspace, nullptr);
+  Result<Gpt2> created = Gpt2::create(in.config, Step::kBatch, Step::kSeq);
+  ASSERT_TRUE(created.ok());
+  created->init_weights(1);
+  Counts c;
+  for (int step = 1; step <= 2; ++step)  // the second step's counts
+    ASSERT_NO_FATAL_FAILURE(run_step(in, &*created, *ctx, step, &c));
+  const int64_t L = in.config.n_layer;
+  EXPECT_EQ(c.forward, L) << "forward";
+  EXPECT_EQ(c.backward, L * 3 + 1) << "backward";
+  EXPECT_EQ(c.norm, 1) << "grad_norm";
+  EXPECT_EQ(c.update, 0) << "adamw_step";
 }
 
 // The hooks see allocations at all (a test that counts nothing would pass for any model).
