@@ -35,6 +35,7 @@ from torch_env_test import GuardsTest, HelpersTest  # noqa: E402,F401
 
 RUN = os.path.join(HERE, "run")
 TORCH_TRAIN = os.path.join(HERE, "torch_train.py")
+TORCH_DDP = os.path.join(HERE, "torch_ddp.py")
 TORCH_PYTHON = "/usr/bin/python3"
 CHILD_TIMEOUT_S = 600  # a quick driver run takes about a minute
 SHARDS = os.path.join(ROOT, "data", "sotu", "train")
@@ -202,8 +203,68 @@ class TorchTrainTest(unittest.TestCase):
         self.assertIn("missing.safetensors", r.stderr)
 
 
+class TorchDdpTest(unittest.TestCase):
+    """torch_ddp.py on a small model: two gloo ranks on 127.0.0.1, rank r on its slice."""
+
+    def setUp(self):
+        self.tmp = tempfile.TemporaryDirectory(prefix="torch-ddp-test-")
+        d = self.tmp.name
+        write_shards(os.path.join(d, "train"), 4000, SMALL.vocab_size, 1)
+        write_shards(os.path.join(d, "val"), 1000, SMALL.vocab_size, 2)
+        model = ", ".join(f"{k}: {getattr(SMALL, k)}" for k in train_config.MODEL_KEYS)
+        self.config = os.path.join(d, "small.yaml")
+        with open(self.config, "w", encoding="utf-8") as fh:
+            fh.write(f"model: {{{model}}}\ndata: {{train: {d}/train, val: {d}/val}}\n"
+                     "train: {batch: 2, seq: 16, max_steps: 3, warmup_steps: 2, "
+                     "val_batches: 0, threads: 1}\n")
+
+    def tearDown(self):
+        self.tmp.cleanup()
+
+    def run_json(self, script, *flags):
+        r = subprocess.run([TORCH_PYTHON, script, self.config, "--json", *flags],
+                           capture_output=True, text=True, timeout=CHILD_TIMEOUT_S)
+        return r, [json.loads(x) for x in r.stdout.splitlines() if x.startswith("{")]
+
+    def test_two_ranks_train_the_global_batch(self):
+        r, lines = self.run_json(TORCH_DDP, "--nproc", "2", "--peak-gflops", "10")
+        self.assertEqual(r.returncode, 0, r.stderr)
+        steps, done = lines[:-1], lines[-1]
+        self.assertEqual([x["step"] for x in steps], [1, 2, 3])  # rank 0's lines only
+        for x in steps:
+            self.assertEqual(x["world"], 2)
+            self.assertAlmostEqual(x["tokens_per_s"], 2 * 2 * 16 / (x["step_ms"] / 1e3),
+                                   places=3)
+            self.assertAlmostEqual(x["mfu"], SMALL.flops_per_token(16) * x["tokens_per_s"] /
+                                   (2 * 10e9))
+        self.assertEqual(done["event"], "done")
+        self.assertEqual((done["world"], done["backend"]), (2, "gloo"))
+        self.assertEqual(done["allreduce_bytes"], 4 * SMALL.num_params)
+        self.assertGreater(done["allreduce_ms"], 0)
+        self.assertEqual(done["torch_threads"], 1)
+        # Rank 0 takes the first half of the global batch of 4, so its step-1 loss is
+        # torch_train.py's on batch 2; DDP averages the ranks' gradients, so the step-1
+        # gradient norm is torch_train.py's on the whole batch of 4.
+        _, half = self.run_json(TORCH_TRAIN, "--max-steps", "1")
+        _, whole = self.run_json(TORCH_TRAIN, "--max-steps", "1", "--batch", "4")
+        self.assertAlmostEqual(steps[0]["loss"], half[0]["loss"], places=5)
+        self.assertAlmostEqual(steps[0]["grad_norm"] / whole[0]["grad_norm"], 1.0, places=4)
+
+    def test_bad_flags(self):
+        r, _ = self.run_json(TORCH_DDP, "--nproc", "0")
+        self.assertEqual(r.returncode, 2)
+        r, _ = self.run_json(TORCH_DDP)  # --nproc is required
+        self.assertEqual(r.returncode, 2)
+        r = subprocess.run([TORCH_PYTHON, TORCH_DDP, self.config, "--nproc", "2", "--seq",
+                            "64"], capture_output=True, text=True, timeout=CHILD_TIMEOUT_S)
+        self.assertEqual(r.returncode, 2)
+        self.assertIn("block_size", r.stderr)
+
+
 # The fake `kiln`'s train: S step lines with step_ms 1000 * (step + 1) and an mfu made from
-# FAKE_FLOPS (the true count unless a test says otherwise), holding FAKE_RSS_MIB of memory.
+# FAKE_FLOPS (the true count unless a test says otherwise), holding FAKE_RSS_MIB of memory;
+# with --nproc W, W times the tokens and comm_exposed_ms 10 * step; with --ckpt-every N,
+# ckpt_stall_ms 50 on every N-th and the last step.
 # bench/lib/driver_testing.py answers --help and version, and fails under FAKE_KILN_FAIL.
 FAKE_TRAIN = """\
     flags = {}
@@ -211,6 +272,9 @@ FAKE_TRAIN = """\
         if arg.startswith("--") and arg != "--json":
             flags[arg] = args[i + 1]
     steps, tokens = int(flags["--max-steps"]), int(flags["--batch"]) * int(flags["--seq"])
+    world = int(flags.get("--nproc", "1"))
+    tokens *= world
+    every = int(flags.get("--ckpt-every", "0"))
     peak = float(flags.get("--peak-gflops", "0"))
     flops = float(os.environ["FAKE_FLOPS"])
     held = bytearray(int(os.environ.get("FAKE_RSS_MIB", "0")) << 20)
@@ -219,7 +283,10 @@ FAKE_TRAIN = """\
         rate = tokens / (ms / 1e3)
         print(json.dumps({"step": step, "loss": 5.0, "lr": 1e-4, "grad_norm": 1.0,
                           "tokens_per_s": rate, "step_ms": ms,
-                          "mfu": flops * rate / (peak * 1e9) if peak else 0}))
+                          "mfu": flops * rate / (world * peak * 1e9) if peak else 0,
+                          "world": world, "comm_exposed_ms": 10.0 * step,
+                          "ckpt_stall_ms": 50.0 if every and (step % every == 0 or
+                                                              step == steps) else 0}))
     print(json.dumps({"event": "done", "steps": steps, "train_loss": 5.0, "val_loss": None,
                       "tokens_per_s": 1.0, "peak_rss_bytes": 1}))
     """
@@ -312,8 +379,62 @@ class DriverTest(unittest.TestCase):
         results["gpt2-124m-t2"]["kiln"] = side(200, 1300)  # more memory than torch's
         self.assertIn("not met", d.goal_lines(items, results)[2])
 
+    def test_ddp_figures_and_goals(self):
+        d = self.driver
+        self.assertEqual(d.checkpoint_steps(5), [2, 4, 5])
+        argv = d.ddp_argv("kiln_ckpt", "/k", os.path.join(ROOT, "c.yaml"), 3, 40.0, "/tmp/x")
+        self.assertEqual(argv, ["/k", "train", "c.yaml", "--nproc", "2", "--threads", "1",
+                                "--batch", "8", "--seq", "256", "--max-steps", "3",
+                                "--peak-gflops", "40.0", "--json", "--ckpt-dir", "/tmp/x",
+                                "--ckpt-every", "2"])
+        self.assertEqual(d.ddp_argv("torch_ddp", "/k", os.path.join(ROOT, "c.yaml"), 3, None)
+                         [1:4], ["bench/train/torch_ddp.py", "c.yaml", "--nproc"])
+
+        def sample(rates, step_ms, exposed, stalls, allreduce=None):
+            lines = [{"step": i + 1, "tokens_per_s": r, "step_ms": m, "comm_exposed_ms": e,
+                      "ckpt_stall_ms": c}
+                     for i, (r, m, e, c) in enumerate(zip(rates, step_ms, exposed, stalls))]
+            s = {"error": None, "steps": lines, "done": {"allreduce_ms": allreduce}}
+            d.ddp_figures(s, len(lines))
+            return s
+
+        # Step 1 (rate 1, 100 ms exposed) is warm-up: the median of 1000, 900, 1100.
+        k = sample([1, 1000, 900, 1100], [9, 2000, 2000, 2000], [100, 10, 20, 30], [0] * 4)
+        self.assertEqual((k["tokens_per_s"], k["comm_exposed_ms"]), (1000, 20))
+        t = sample([1, 900, 950, 1000], [9, 1, 1, 1], [0] * 4, [0] * 4, allreduce=80.0)
+        c = sample([1, 800, 800, 800], [9, 2000, 2000, 2000], [0] * 4, [0, 60, 0, 100])
+        self.assertEqual(c["ckpt_stall_ms"], [60, 100])  # steps 2 and 4 checkpoint
+        summary = d.ddp_summary({"kiln": [k], "torch_ddp": [t], "kiln_ckpt": [c]})
+        self.assertEqual(summary["torch_ddp"]["allreduce_ms"], 80.0)
+        self.assertAlmostEqual(summary["kiln_ckpt"]["ckpt_fraction"], 80 / 2000)
+        lines = d.ddp_goal_lines(summary, True)
+        self.assertIn("Kiln >= 1.05x torch DDP: met (1.05x)", lines[0])
+        self.assertIn("<= 5% of the mean step: met (4.0%)", lines[1])
+        self.assertEqual(len(d.ddp_goal_lines(summary, False)), 1)
+
+    @unittest.skipUnless(os.path.isdir(SHARDS), "run scripts/fetch-data")
+    def test_ddp_run_reaches_the_table(self):
+        r, report = self.drive({}, "--ddp", "--ckpt", "--steps", "3", "--repeats", "1")
+        self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
+        kiln, ckpt = report["sides"]["kiln"], report["sides"]["kiln_ckpt"]
+        # Steps 2 and 3 of 2 x 2048 tokens take 3 s and 4 s: the median of their rates.
+        rate = (2 * 2048 / 3.0 + 2 * 2048 / 4.0) / 2
+        self.assertAlmostEqual(kiln["tokens_per_s"], rate)
+        self.assertAlmostEqual(kiln["comm_exposed_ms"], 25.0)
+        self.assertAlmostEqual(ckpt["ckpt_fraction"], 50.0 / 3500.0)
+        torch_rate = report["sides"]["torch_ddp"]["tokens_per_s"]
+        self.assertGreater(torch_rate, 0)
+        self.assertGreater(report["sides"]["torch_ddp"]["allreduce_ms"], 0)
+        self.assertIn(f"| {rate:.0f} | {torch_rate:.0f} | {rate / torch_rate:.2f}x |",
+                      r.stdout)
+        self.assertIn("<= 5% of the mean step: met (1.4%)", r.stdout)
+        self.assertIn("--nproc 2 --threads 1 --batch 8 --seq 256 --max-steps 3",
+                      kiln["runs"][0]["argv"])
+        self.assertIn("--ckpt-every 2", ckpt["runs"][0]["argv"])
+
     def test_missing_kiln_and_bad_flags(self):
-        for flags in (["--models", "nope"], ["--repeats", "0"], ["--steps", "1"],
+        for flags in (["--ckpt"], ["--ddp", "--learning"], ["--models", "nope"],
+                      ["--repeats", "0"], ["--steps", "1"],
                       ["--threads", "3"], ["--timeout-s", "0"], ["--sides", "kiln,gpu"]):
             r = subprocess.run([RUN] + flags, capture_output=True, text=True,
                                timeout=CHILD_TIMEOUT_S)
