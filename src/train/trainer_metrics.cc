@@ -35,6 +35,9 @@ TrainMetrics::TrainMetrics(obs::MetricsRegistry* registry)
                                           "Training tokens per second of the last step.")),
       mfu_(group_.add_gauge("kiln_train_mfu",
                             "Model FLOP utilisation of the last step: achieved / peak FLOP/s.")),
+      comm_exposed_seconds_(group_.add_gauge(
+          "kiln_train_allreduce_exposed_seconds",
+          "Gradient collective time of the last step that the backward did not hide.")),
       step_seconds_(group_.add_histogram(
           "kiln_train_step_seconds", "Optimizer step time, validation excluded.",
           obs::exponential_buckets(kStepSecondsFirstBucket, kStepSecondsBucketFactor,
@@ -48,6 +51,7 @@ void TrainMetrics::record(const StepReport& r) {
   if (r.validated) val_loss_.Set(r.val_loss);
   tokens_per_second_.Set(r.tokens_per_s);
   mfu_.Set(r.mfu);
+  comm_exposed_seconds_.Set(r.comm_exposed_ms * 1e-3);
   step_seconds_.Observe(r.step_ms * 1e-3);
 }
 

@@ -33,6 +33,7 @@ class TrainMetrics {
   prometheus::Gauge& val_loss_;
   prometheus::Gauge& tokens_per_second_;
   prometheus::Gauge& mfu_;
+  prometheus::Gauge& comm_exposed_seconds_;
   prometheus::Histogram& step_seconds_;
 };
 

@@ -26,7 +26,8 @@
 //   ETA 1m02s`: live, it is redrawn in place at most 4 times a second; at validation steps and at
 //   the end it is kept (newline), and those kept lines are all that is printed when not live.
 // Metrics (when given a registry): kiln_train_step, kiln_train_loss, kiln_train_val_loss,
-// kiln_train_tokens_per_second, kiln_train_mfu (gauges), kiln_train_step_seconds (histogram).
+// kiln_train_tokens_per_second, kiln_train_mfu, kiln_train_allreduce_exposed_seconds (gauges),
+// kiln_train_step_seconds (histogram); checkpoints add kiln_ckpt_* (stall, write time, bytes).
 // MFU = flops_per_token * tokens/s / (peak * world), the peak (one rank's) from TrainerOptions or
 // measured at start-up.
 #ifndef KILN_TRAIN_TRAINER_H_
