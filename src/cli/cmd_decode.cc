@@ -27,31 +27,10 @@ namespace {
 // corpus, and bounds the parse to a few GiB.
 constexpr size_t kDecodeInputBytesMax = size_t{256} << 20;
 
-// stdin is read in blocks of this size (see cmd_encode.cc).
-constexpr size_t kReadBlockBytes = size_t{1} << 20;
-
 struct DecodeOptions {
   std::string encoder = "data/gpt2/encoder.json";
   std::string vocab = "data/gpt2/vocab.bpe";
 };
-
-// All of stdin, or InvalidArgument once it passes `limit` bytes.
-Result<std::string> read_stdin(size_t limit) {
-  std::string data;
-  for (;;) {
-    const size_t old_size = data.size();
-    data.resize(old_size + kReadBlockBytes);
-    const size_t got = std::fread(data.data() + old_size, 1, kReadBlockBytes, stdin);
-    data.resize(old_size + got);
-    if (data.size() > limit) {
-      return Status::invalid_argument("stdin: more than " + std::to_string(limit) +
-                                      " bytes of input");
-    }
-    if (got < kReadBlockBytes) break;
-  }
-  if (std::ferror(stdin)) return Status::io_error(std::string("stdin: ") + std::strerror(errno));
-  return data;
-}
 
 // The ids of a JSON array. InvalidArgument naming the element that is not an integer that fits
 // in 32 bits; whether an id is in the vocabulary is decode()'s to say.

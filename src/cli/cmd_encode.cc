@@ -33,34 +33,12 @@ namespace {
 // `kiln tokenize`, one file at a time.
 constexpr size_t kEncodeInputBytesMax = size_t{1} << 30;
 
-// stdin is read in blocks of this size: large enough that the read calls cost nothing next to
-// encoding, small enough to overshoot the limit by little.
-constexpr size_t kReadBlockBytes = size_t{1} << 20;
-
 struct EncodeOptions {
   std::string encoder = "data/gpt2/encoder.json";
   std::string vocab = "data/gpt2/vocab.bpe";
   bool no_special = false;
   bool json = false;
 };
-
-// All of stdin, or InvalidArgument once it passes `limit` bytes.
-Result<std::string> read_stdin(size_t limit) {
-  std::string data;
-  for (;;) {
-    const size_t old_size = data.size();
-    data.resize(old_size + kReadBlockBytes);
-    const size_t got = std::fread(data.data() + old_size, 1, kReadBlockBytes, stdin);
-    data.resize(old_size + got);
-    if (data.size() > limit) {
-      return Status::invalid_argument("stdin: more than " + std::to_string(limit) +
-                                      " bytes of input");
-    }
-    if (got < kReadBlockBytes) break;
-  }
-  if (std::ferror(stdin)) return Status::io_error(std::string("stdin: ") + std::strerror(errno));
-  return data;
-}
 
 // `ids` as a compact JSON array, written straight to stdout: millions of ids would cost a JSON
 // value each in nlohmann::json.

@@ -53,6 +53,10 @@ std::shared_ptr<LogSink> open_log_sink(const GlobalOptions& options);
 // Parses a byte count with an optional binary suffix: "8", "4K", "1M", "64M", "2G".
 Result<size_t> parse_bytes(const std::string& text);
 
+// All of stdin, read in 1 MiB blocks; kInvalidArgument once it passes `limit` bytes (a bound on
+// what a command holds in memory), kIoError when the read fails.
+Result<std::string> read_stdin(size_t limit);
+
 // The absolute path of the running kiln binary, for launching ranks of itself.
 std::string self_executable();
 

@@ -2,8 +2,11 @@
 #include <unistd.h>
 
 #include <cctype>
+#include <cerrno>
 #include <climits>
 #include <cstdint>
+#include <cstdio>
+#include <cstring>
 #include <iostream>
 
 #include "cli/command.h"
@@ -65,6 +68,24 @@ std::string self_executable() {
 int report_error(const std::string& command, const Status& status) {
   std::cerr << "kiln " << command << ": " << status.to_string() << "\n";
   return status.is_invalid_argument() || status.is_not_found() ? kExitBadInput : kExitFailure;
+}
+
+Result<std::string> read_stdin(size_t limit) {
+  constexpr size_t kReadBlockBytes = size_t{1} << 20;
+  std::string data;
+  for (;;) {
+    const size_t old_size = data.size();
+    data.resize(old_size + kReadBlockBytes);
+    const size_t got = std::fread(data.data() + old_size, 1, kReadBlockBytes, stdin);
+    data.resize(old_size + got);
+    if (data.size() > limit) {
+      return Status::invalid_argument("stdin: more than " + std::to_string(limit) +
+                                      " bytes of input");
+    }
+    if (got < kReadBlockBytes) break;
+  }
+  if (std::ferror(stdin)) return Status::io_error(std::string("stdin: ") + std::strerror(errno));
+  return data;
 }
 
 }  // namespace kiln::cli
