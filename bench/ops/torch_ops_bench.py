@@ -35,6 +35,8 @@ import torch.nn.functional as F
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # op_counts.py sits beside
 from op_counts import PASSES, SHAPE_KEYS, ShapeError, counts, parse_shape  # noqa: E402
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "lib"))
+from torch_env import blas_facts  # noqa: E402
 
 # Bounds on flags: more iterations than any sane run, more threads than any host here has.
 ITERS_MAX = 100000
@@ -117,31 +119,6 @@ def make_case(op, shape, pass_, causal):
     return fwdbwd, reset
 
 
-def mapped_libraries():
-    """Paths of the shared objects this process has mapped, from /proc/self/maps."""
-    paths = set()
-    with open("/proc/self/maps", encoding="utf-8", errors="replace") as fh:
-        for line in fh:
-            fields = line.split(None, 5)
-            if len(fields) == 6 and ".so" in fields[5]:
-                paths.add(fields[5].strip())
-    return paths
-
-
-def blas_facts():
-    """(libopenblas path, "openmp"|"pthread"|"serial"|"unknown", tcmalloc mapped)."""
-    libs = mapped_libraries()
-    blas = sorted(p for p in libs if "libopenblas" in os.path.basename(p))
-    path = blas[0] if blas else None
-    threading = "unknown"
-    if path:
-        for flavour in ("openmp", "pthread", "serial"):
-            if f"openblas-{flavour}" in path:
-                threading = flavour
-    tcmalloc = any("libtcmalloc" in os.path.basename(p) for p in libs)
-    return path, threading, tcmalloc
-
-
 def parse_args(argv):
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--op", required=True, choices=sorted(SHAPE_KEYS))
@@ -189,13 +166,13 @@ def main(argv):
         print(f"torch_ops_bench: {args.op} {args.shape}: {e}", file=sys.stderr)
         return 1
     ms = statistics.median(samples_ms)
-    blas, threading, tcmalloc = blas_facts()
+    facts = blas_facts()
     result = {
         "op": args.op, "shape": args.shape, "pass": pass_, "causal": args.causal,
         "threads": args.threads, "isa": "torch", "iters": args.iters, "ms": ms,
         "flops": flops, "gflops": flops / ms / 1e6, "bytes": nbytes, "gbps": nbytes / ms / 1e6,
         "torch": torch.__version__, "torch_threads": torch.get_num_threads(),
-        "blas": blas, "blas_threading": threading, "tcmalloc": tcmalloc,
+        **facts,
         "rss_setup_kib": rss_setup_kib,
     }
     if args.json:
