@@ -254,6 +254,7 @@ Result<SaveTicket> AsyncCheckpointer::Impl::save(const SaveRequest& request) {
 
   SaveTicket ticket;
   bool skipped = false;
+  const Stopwatch wait_watch;
   const Status waited = wait_for_writer(request.step, &ticket, &skipped);
   if (!waited.ok()) {
     timed_out_total.Increment();
@@ -262,9 +263,10 @@ Result<SaveTicket> AsyncCheckpointer::Impl::save(const SaveRequest& request) {
   }
   if (skipped) {
     skipped_total.Increment();
+    ticket.blocked_seconds = watch.elapsed_seconds();
     return ticket;
   }
-  ticket.wait_seconds = watch.elapsed_seconds();
+  if (ticket.outcome == SaveOutcome::kWaited) ticket.wait_seconds = wait_watch.elapsed_seconds();
 
   // The writer is idle and only this thread starts it, so the staging buffer is ours until the
   // job is published below.
@@ -291,7 +293,8 @@ Result<SaveTicket> AsyncCheckpointer::Impl::save(const SaveRequest& request) {
   cv.notify_all();
   in_flight_gauge.Set(1);
   (ticket.outcome == SaveOutcome::kWaited ? waited_total : started_total).Increment();
-  stall_seconds.Observe(ticket.stall_seconds());
+  ticket.blocked_seconds = watch.elapsed_seconds();
+  stall_seconds.Observe(ticket.blocked_seconds);
   return ticket;
 }
 

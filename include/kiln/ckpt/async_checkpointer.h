@@ -105,7 +105,10 @@ struct SaveTicket {
   SaveOutcome outcome = SaveOutcome::kStarted;
   double wait_seconds = 0;  // blocked on the previous write (kWaited only)
   double copy_seconds = 0;  // copying the state into the staging buffer (0 when skipped)
-  double stall_seconds() const { return wait_seconds + copy_seconds; }
+  // The whole call as the caller saw it (laying out the shard, waiting, copying), measured with
+  // one clock from entry to return: at least wait + copy, never derived from them.
+  double blocked_seconds = 0;
+  double stall_seconds() const { return blocked_seconds; }
 };
 
 // The result of one save's background work.
