@@ -351,8 +351,8 @@ CompletedSave AsyncCheckpointer::Impl::run(const Job& next) {
     return done;
   }
   if (options.rank == 0) {
-    const CommitSpec commit_spec{options.dir, next.step, options.world, std::move(*records),
-                                 next.metadata_json};
+    const CommitSpec commit_spec{options.dir,         next.step,          options.world,
+                                 std::move(*records), next.metadata_json, options.write.fs};
     done.status = commit(commit_spec);
     if (!done.status.ok()) {
       done.status = done.status.with_context(where + ": commit");

@@ -2,13 +2,10 @@
 // for the protocol and the invariant it keeps.
 #include <kiln/ckpt/checkpoint.h>
 
-#include <sys/stat.h>
-
 #include <kiln/base/check.h>
 #include <kiln/base/checksum.h>
 #include <kiln/base/clock.h>
 
-#include <cerrno>
 #include <cstdio>
 
 #include <nlohmann/json.hpp>
@@ -133,8 +130,7 @@ Status commit(const CommitSpec& spec) {
   KILN_RETURN_IF_ERROR(validate_commit(spec, where));
   const std::string step_dir = step_dir_path(spec.dir, spec.step);
   const std::string manifest_path = step_dir + "/" + std::string(kManifestFileName);
-  struct stat st {};
-  if (::stat(manifest_path.c_str(), &st) == 0) {
+  if (spec.fs->stat(manifest_path).ok()) {
     return Status::invalid_argument(manifest_path + " already exists; the step is committed");
   }
   Manifest manifest;
@@ -145,22 +141,30 @@ Status commit(const CommitSpec& spec) {
   manifest.metadata_json = spec.metadata_json;
   for (const FileRecord& record : spec.records) {
     const std::string path = step_dir + "/" + record.name;
-    if (::stat(path.c_str(), &st) != 0) {
-      return internal::os_error(path, "stat", errno)
-          .with_context(where +
-                        " (is the checkpoint directory on a filesystem every rank shares?)");
+    Result<FileInfo> info = spec.fs->stat(path);
+    if (!info.ok()) {
+      return info.status().with_context(
+          where + " (is the checkpoint directory on a filesystem every rank shares?)");
     }
-    if (static_cast<uint64_t>(st.st_size) != record.size_bytes) {
-      return Status::corruption(where + ": " + path + " has " + std::to_string(st.st_size) +
+    if (info->size_bytes != record.size_bytes) {
+      return Status::corruption(where + ": " + path + " has " + std::to_string(info->size_bytes) +
                                 " bytes, its record says " + std::to_string(record.size_bytes));
     }
     manifest.total_bytes += record.size_bytes;
   }
   const std::string bytes = internal::encode_manifest(manifest);
   const internal::ByteSpan span{bytes.data(), bytes.size()};
+  WriteOptions options;
+  options.fs = spec.fs;
   Result<FileRecord> written = internal::write_file_durably(
-      step_dir, std::string(kManifestFileName), std::span(&span, 1), WriteOptions{});
-  return written.status();
+      step_dir, std::string(kManifestFileName), std::span(&span, 1), options);
+  if (!written.ok()) {
+    // Only a failed directory fsync leaves the manifest in place (complete, but its name may not
+    // survive a crash). Remove it, so that a commit that failed never reads as committed.
+    (void)spec.fs->unlink(manifest_path);
+    return written.status();
+  }
+  return Status();
 }
 
 Result<Manifest> read_manifest(const std::string& step_dir) {

@@ -1,6 +1,6 @@
 # The parts of kiln_ckpt (see CMakeLists.txt).
 list(APPEND KILN_CKPT_SOURCES safetensors.cc)
-list(APPEND KILN_CKPT_TESTS safetensors_test.cc)
+list(APPEND KILN_CKPT_TESTS safetensors_fault_test.cc safetensors_test.cc)
 # Checkpoints (docs/ckpt.md): shards, manifest and commit, catalog, asynchronous writer.
 list(APPEND KILN_CKPT_SOURCES
   async_checkpointer.cc
@@ -13,4 +13,5 @@ list(APPEND KILN_CKPT_SOURCES
 list(APPEND KILN_CKPT_TESTS
   async_checkpointer_test.cc
   catalog_test.cc
+  checkpoint_fault_test.cc
   checkpoint_test.cc)

@@ -5,11 +5,14 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <kiln/base/endian.h>
+
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <limits>
 #include <set>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
@@ -36,33 +39,6 @@ constexpr DTypeName kDTypes[] = {{DType::kF32, "F32", 4},
 
 std::string errno_text() {
   return std::strerror(errno);
-}
-
-void put_u64_le(uint64_t v, std::byte* out) {
-  for (int i = 0; i < 8; ++i)
-    out[i] = static_cast<std::byte>((v >> (8 * i)) & 0xff);
-}
-
-uint64_t get_u64_le(const std::byte* in) {
-  uint64_t v = 0;
-  for (int i = 7; i >= 0; --i)
-    v = (v << 8) | static_cast<uint64_t>(in[i]);
-  return v;
-}
-
-// Writes all of [data, data + size) to fd, retrying short writes and EINTR.
-Status write_all(int fd, const void* data, size_t size, const std::string& path) {
-  const char* p = static_cast<const char*>(data);
-  while (size > 0) {
-    ssize_t n = ::write(fd, p, size);
-    if (n < 0) {
-      if (errno == EINTR) continue;
-      return Status::io_error(path + ": write failed: " + errno_text());
-    }
-    p += n;
-    size -= static_cast<size_t>(n);
-  }
-  return Status();
 }
 
 }  // namespace
@@ -123,36 +99,24 @@ Result<std::string> encode_safetensors_header(std::span<const TensorRef> tensors
       kHeaderLengthBytes;
   text.append(padded - text.size(), ' ');
   std::string out(kHeaderLengthBytes, '\0');
-  put_u64_le(text.size(), reinterpret_cast<std::byte*>(out.data()));
+  encode_u64_le(text.size(), out.data());
   out += text;
   if (data_bytes != nullptr) *data_bytes = offset;
   return out;
 }
 
 Status write_safetensors(const std::string& path, std::span<const TensorRef> tensors,
-                         const std::map<std::string, std::string>& metadata) {
+                         const std::map<std::string, std::string>& metadata, FileSystem* fs) {
   KILN_ASSIGN_OR_RETURN(std::string header,
                         encode_safetensors_header(tensors, metadata, path, nullptr));
-  const std::string tmp = path + ".tmp";
-  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd < 0) return Status::io_error(tmp + ": cannot create: " + errno_text());
-  Status status = write_all(fd, header.data(), header.size(), tmp);
+  std::vector<ByteSpan> spans;
+  spans.reserve(tensors.size() + 1);
+  spans.push_back({header.data(), header.size()});
   for (const TensorRef& t : tensors) {
-    if (!status.ok()) break;
     const size_t bytes = static_cast<size_t>(shape_numel(t.shape)) * dtype_size(t.dtype);
-    status = write_all(fd, t.data, bytes, tmp);
+    if (bytes > 0) spans.push_back({t.data, bytes});
   }
-  if (status.ok() && ::fsync(fd) != 0) {
-    status = Status::io_error(tmp + ": fsync failed: " + errno_text());
-  }
-  if (::close(fd) != 0 && status.ok()) {
-    status = Status::io_error(tmp + ": close failed: " + errno_text());
-  }
-  if (status.ok() && std::rename(tmp.c_str(), path.c_str()) != 0) {
-    status = Status::io_error(tmp + ": rename to " + path + " failed: " + errno_text());
-  }
-  if (!status.ok()) ::unlink(tmp.c_str());
-  return status;
+  return write_file_durably(fs, path, spans).status();
 }
 
 Result<SafetensorsFile> SafetensorsFile::open(const std::string& path) {
@@ -191,7 +155,7 @@ Result<SafetensorsFile> SafetensorsFile::from_bytes(std::string path,
     return Status::corruption(path_ref + ": " + std::to_string(size) +
                               " bytes, shorter than the 8-byte header length");
   }
-  const uint64_t header_bytes = get_u64_le(file.contents_.data());
+  const uint64_t header_bytes = decode_u64_le(file.contents_.data());
   if (header_bytes > kMaxHeaderBytes || header_bytes > size - kHeaderLengthBytes) {
     return Status::corruption(path_ref + ": header length " + std::to_string(header_bytes) +
                               " does not fit the file's " + std::to_string(size) + " bytes");

@@ -1,8 +1,6 @@
 // Shard layout (the safetensors image) and the write of one shard. See shard.h.
 #include "ckpt/shard.h"
 
-#include <sys/stat.h>
-
 #include <kiln/base/check.h>
 
 #include <string_view>
@@ -72,10 +70,9 @@ Result<FileRecord> write_shard_spans(const ShardSpec& spec, std::span<const Byte
                                     " bytes is below " + std::to_string(kWriteChunkBytesMin));
   }
   const std::string step_dir = step_dir_path(spec.dir, spec.step);
-  KILN_RETURN_IF_ERROR(make_dirs_durable(step_dir));
+  KILN_RETURN_IF_ERROR(make_dirs_durable(step_dir, options.fs));
   const std::string manifest = step_dir + "/" + std::string(kManifestFileName);
-  struct stat st {};
-  if (::stat(manifest.c_str(), &st) == 0) {
+  if (options.fs->stat(manifest).ok()) {
     return Status::invalid_argument(step_dir +
                                     " is already committed; a committed checkpoint is never "
                                     "overwritten");

@@ -2,10 +2,10 @@
 #include <kiln/comm/bootstrap.h>
 
 #include <charconv>
-#include <cstdlib>
 #include <fstream>
 #include <sstream>
 
+#include "comm/comm_env.h"
 #include "comm/topology.h"
 
 namespace kiln::comm {
@@ -81,11 +81,7 @@ Result<RankEnvironment> rank_environment(const EnvLookup& env) {
 }
 
 Result<RankEnvironment> rank_environment_from_process() {
-  return rank_environment([](const std::string& name) -> std::optional<std::string> {
-    const char* v = std::getenv(name.c_str());
-    if (v == nullptr) return std::nullopt;
-    return std::string(v);
-  });
+  return rank_environment(process_env());
 }
 
 }  // namespace kiln::comm

@@ -18,6 +18,7 @@
 #include <thread>
 
 #include "comm/algorithms/algorithms.h"
+#include "comm/comm_env.h"
 #include "comm/mesh.h"
 #include "comm/net/socket.h"
 #include "comm/tuning.h"
@@ -734,8 +735,10 @@ Result<std::unique_ptr<Communicator>> Communicator::create(const CommOptions& op
                                                            Logger log,
                                                            obs::MetricsRegistry* metrics) {
   KILN_RETURN_IF_ERROR(validate_options(options));
+  // KILN_COMM_* (comm_env.h): a bad value fails here, before any collective.
+  KILN_ASSIGN_OR_RETURN(const CommEnv env, comm_env_from_process());
   const std::string host = options.host.empty() ? net::local_hostname() : options.host;
-  Result<std::unique_ptr<Mesh>> mesh = build_mesh(options, host, store, log);
+  Result<std::unique_ptr<Mesh>> mesh = build_mesh(options, host, env, store, log);
   if (!mesh.ok()) {
     return mesh.status().with_context("communicator rank " + std::to_string(options.rank) + "/" +
                                       std::to_string(options.world_size));

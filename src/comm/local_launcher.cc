@@ -65,6 +65,9 @@ Result<std::unique_ptr<LocalJob>> LocalJob::start(const LaunchOptions& options, 
     env["KILN_WORLD_SIZE"] = std::to_string(options.world_size);
     env["KILN_STORE_ADDR"] = job->store_address_;
     env["KILN_JOB_TOKEN"] = job->options_.job_token;
+    // Every rank runs on this machine, so TCP links (fake hosts, --transport tcp) go over
+    // loopback whether or not the host name resolves (comm_env.h).
+    env.emplace("KILN_COMM_ADDR", "127.0.0.1");
     if (!options.hosts.empty()) {
       const size_t h = static_cast<size_t>(r) % options.hosts.size();
       env["KILN_HOST"] = options.hosts[h];

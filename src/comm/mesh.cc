@@ -16,6 +16,7 @@
 #include <unistd.h>
 
 #include <kiln/base/checksum.h>
+#include <kiln/base/endian.h>
 
 #include <algorithm>
 #include <cstring>
@@ -39,23 +40,6 @@ constexpr const char* kAuthPurpose = "kiln-comm/1";
 // A peer that connects must finish authenticating within this long, or it is dropped.
 constexpr int64_t kHandshakeTimeoutMs = 10'000;
 constexpr int kListenBacklog = 1024;
-
-void put_u32(uint8_t* p, uint32_t v) {
-  std::memcpy(p, &v, 4);
-}
-void put_u64(uint8_t* p, uint64_t v) {
-  std::memcpy(p, &v, 8);
-}
-uint32_t get_u32(const uint8_t* p) {
-  uint32_t v;
-  std::memcpy(&v, p, 4);
-  return v;
-}
-uint64_t get_u64(const uint8_t* p) {
-  uint64_t v;
-  std::memcpy(&v, p, 8);
-  return v;
-}
 
 std::string key(const CommOptions& o, const char* kind, int rank) {
   return o.store_prefix + "/" + kind + "/" + std::to_string(rank);
@@ -165,11 +149,11 @@ class Acceptor {
         authenticate_as_server(fd.get(), o_.job_token, kAuthPurpose, handshake, from));
     uint8_t hello[kHelloBytes];
     KILN_RETURN_IF_ERROR(net::read_exact(fd.get(), hello, sizeof(hello), handshake, "hello"));
-    const uint32_t magic = get_u32(hello);
-    const uint32_t version = get_u32(hello + 4);
-    const uint32_t rank = get_u32(hello + 8);
-    const uint32_t index = get_u32(hello + 12);
-    const uint64_t hash = get_u64(hello + 16);
+    const uint32_t magic = decode_u32_le(hello);
+    const uint32_t version = decode_u32_le(hello + 4);
+    const uint32_t rank = decode_u32_le(hello + 8);
+    const uint32_t index = decode_u32_le(hello + 12);
+    const uint64_t hash = decode_u64_le(hello + 16);
     if (magic != kHelloMagic || version != kHelloVersion) {
       return Status::aborted("hello from " + from + " has a bad magic or version");
     }
@@ -190,7 +174,7 @@ class Acceptor {
                              std::to_string(rank));
     }
     uint8_t ack[4];
-    put_u32(ack, kAckMagic);
+    encode_u32_le(kAckMagic, ack);
     KILN_RETURN_IF_ERROR(net::write_all(fd.get(), ack, sizeof(ack), handshake, "hello ack"));
     slots[index] = std::move(fd);
     return Status();
@@ -214,17 +198,17 @@ Result<net::Fd> connect_to(const CommOptions& o, const RankRecord& peer, int ind
   KILN_ASSIGN_OR_RETURN(net::Fd fd, net::connect_tcp({peer.tcp_address, peer.tcp_port}, deadline));
   KILN_RETURN_IF_ERROR(authenticate_as_client(fd.get(), o.job_token, kAuthPurpose, deadline, name));
   uint8_t hello[kHelloBytes];
-  put_u32(hello, kHelloMagic);
-  put_u32(hello + 4, kHelloVersion);
-  put_u32(hello + 8, static_cast<uint32_t>(o.rank));
-  put_u32(hello + 12, static_cast<uint32_t>(index));
-  put_u64(hello + 16, prefix_hash);
+  encode_u32_le(kHelloMagic, hello);
+  encode_u32_le(kHelloVersion, hello + 4);
+  encode_u32_le(static_cast<uint32_t>(o.rank), hello + 8);
+  encode_u32_le(static_cast<uint32_t>(index), hello + 12);
+  encode_u64_le(prefix_hash, hello + 16);
   KILN_RETURN_IF_ERROR(
       net::write_all(fd.get(), hello, sizeof(hello), deadline, "hello to " + name));
   uint8_t ack[4];
   KILN_RETURN_IF_ERROR(
       net::read_exact(fd.get(), ack, sizeof(ack), deadline, "hello ack from " + name));
-  if (get_u32(ack) != kAckMagic) return Status::aborted(name + " refused the hello");
+  if (decode_u32_le(ack) != kAckMagic) return Status::aborted(name + " refused the hello");
   return fd;
 }
 
@@ -272,6 +256,26 @@ Status build_tcp_links(const CommOptions& o, Mesh& mesh, int listen_fd, uint64_t
     mesh.tcp_links.push_back(link.get());
     mesh.tcp_link_impls.push_back(link.get());
     mesh.links[r] = std::move(link);
+  }
+  return Status();
+}
+
+// Every pair of ranks that talks over TCP has both addresses: this rank's (else `unresolved`, why
+// it has none) and the peer's (else an error naming the peer and its host).
+Status check_tcp_addresses(const CommOptions& o, const std::vector<RankRecord>& records,
+                           const Status& unresolved) {
+  const int me = o.rank;
+  for (int r = 0; r < o.world_size; ++r) {
+    if (r == me || uses_shm(o, records[me], records[r])) continue;
+    if (records[me].tcp_address.empty()) {
+      return unresolved.with_context("TCP link to " + peer_name(records[r]));
+    }
+    if (records[r].tcp_address.empty()) {
+      return Status::invalid_argument(
+          peer_name(records[r]) +
+          " advertised no TCP address: its host name does not resolve; set KILN_COMM_ADDR (its "
+          "IPv4 address or interface name) on that rank");
+    }
   }
   return Status();
 }
@@ -365,18 +369,24 @@ Result<std::string> resolve_tcp_address(const std::string& iface, const std::str
   hints.ai_family = AF_INET;
   hints.ai_socktype = SOCK_STREAM;
   addrinfo* result = nullptr;
-  if (getaddrinfo(host.c_str(), nullptr, &hints, &result) == 0 && result != nullptr) {
+  const int rc = getaddrinfo(host.c_str(), nullptr, &hints, &result);
+  if (rc == 0 && result != nullptr) {
     char buf[INET_ADDRSTRLEN];
     inet_ntop(AF_INET, &reinterpret_cast<sockaddr_in*>(result->ai_addr)->sin_addr, buf,
               sizeof(buf));
     freeaddrinfo(result);
     return std::string(buf);
   }
-  return std::string("127.0.0.1");
+  if (result != nullptr) freeaddrinfo(result);
+  return Status::invalid_argument(
+      "host name '" + host + "' does not resolve to an IPv4 address (" +
+      (rc == 0 ? std::string("no address") : std::string(gai_strerror(rc))) +
+      "), so this rank has no address to advertise for TCP links: set KILN_COMM_ADDR to its IPv4 "
+      "address or interface name (e.g. eth0)");
 }
 
 Result<std::unique_ptr<Mesh>> build_mesh(const CommOptions& o, const std::string& host,
-                                         Store* store, const Logger& log) {
+                                         const CommEnv& env, Store* store, const Logger& log) {
   auto mesh = std::make_unique<Mesh>();
   mesh->links.resize(o.world_size);
   mesh->peer_inboxes.resize(o.world_size);
@@ -391,12 +401,21 @@ Result<std::unique_ptr<Mesh>> build_mesh(const CommOptions& o, const std::string
     return mesh;
   }
   const Deadline deadline = Deadline::after_ms(o.setup_timeout_ms);
-  KILN_ASSIGN_OR_RETURN(mine.tcp_address, resolve_tcp_address(o.tcp_interface, host));
+  // An explicit interface or address that does not work is an error now. A host name that does
+  // not resolve is one only if some peer needs TCP to this rank (check_tcp_addresses): ranks that
+  // all share memory need no address.
+  const std::string& iface = o.tcp_interface.empty() ? env.tcp_address : o.tcp_interface;
+  const Result<std::string> address = resolve_tcp_address(iface, host);
+  if (!address.ok() && !iface.empty()) return address.status();
   net::Fd listener;
-  KILN_ASSIGN_OR_RETURN(listener, net::listen_tcp(mine.tcp_address, o.tcp_port_lo, o.tcp_port_hi,
-                                                  kListenBacklog, &mine.tcp_port));
+  if (address.ok()) {
+    mine.tcp_address = *address;
+    KILN_ASSIGN_OR_RETURN(listener, net::listen_tcp(mine.tcp_address, o.tcp_port_lo, o.tcp_port_hi,
+                                                    kListenBacklog, &mine.tcp_port));
+  }
   KILN_ASSIGN_OR_RETURN(mesh->records,
                         exchange_records(o, mine, config_signature(o), store, deadline));
+  KILN_RETURN_IF_ERROR(check_tcp_addresses(o, mesh->records, address.status()));
   mesh->ring = ring_order(mesh->records);
   const uint64_t prefix_hash = xxh3(o.store_prefix);
   KILN_RETURN_IF_ERROR(build_tcp_links(o, *mesh, listener.get(), prefix_hash, deadline, log));

@@ -19,6 +19,7 @@
 #include <kiln/comm/communicator.h>
 #include <kiln/comm/store.h>
 
+#include "comm/comm_env.h"
 #include "comm/topology.h"
 #include "comm/transport/link.h"
 #include "comm/transport/progress.h"
@@ -43,13 +44,17 @@ struct Mesh {
   std::vector<TcpLink*> tcp_link_impls;                 // same, for abort handling
 };
 
-// Builds the mesh. `host` is the resolved host name of this rank. Fails with an error naming
-// what did not come together within options.setup_timeout_ms.
+// Builds the mesh. `host` is the resolved host name of this rank; `env` the parsed environment
+// (its KILN_COMM_ADDR is used when options.tcp_interface is empty). Fails with an error naming
+// what did not come together within options.setup_timeout_ms, and with kInvalidArgument naming
+// the host name when a rank that needs TCP has no address (see resolve_tcp_address).
 Result<std::unique_ptr<Mesh>> build_mesh(const CommOptions& options, const std::string& host,
-                                         Store* store, const Logger& log);
+                                         const CommEnv& env, Store* store, const Logger& log);
 
 // The IPv4 address a rank binds and advertises: the address of interface `iface` (a name such as
-// "eth0", or an IP literal), or when empty the address `host` resolves to, else 127.0.0.1.
+// "eth0", or an IP literal), or when empty the address `host` resolves to. kInvalidArgument for
+// an interface without an IPv4 address, and for a host name that does not resolve (naming it and
+// KILN_COMM_ADDR, the fix); never a silent 127.0.0.1.
 Result<std::string> resolve_tcp_address(const std::string& iface, const std::string& host);
 
 }  // namespace kiln::comm

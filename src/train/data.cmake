@@ -6,6 +6,7 @@ list(APPEND KILN_TRAIN_SOURCES
 list(APPEND KILN_TRAIN_TESTS
   ${CMAKE_CURRENT_SOURCE_DIR}/rng_test.cc
   ${CMAKE_CURRENT_SOURCE_DIR}/shard_test.cc
+  ${CMAKE_CURRENT_SOURCE_DIR}/shard_write_test.cc
   ${CMAKE_CURRENT_SOURCE_DIR}/loader_test.cc)
 
 # next() must not allocate; counting allocations replaces the global operator new, which would

@@ -20,6 +20,7 @@
 
 #include <kiln/base/check.h>
 #include <kiln/base/checksum.h>
+#include <kiln/base/endian.h>
 
 namespace kiln::train {
 namespace {
@@ -41,16 +42,10 @@ std::string errno_text(int err) {
   return std::strerror(err);
 }
 
-void put_le(uint64_t v, size_t bytes, unsigned char* out) {
-  for (size_t i = 0; i < bytes; ++i)
-    out[i] = static_cast<unsigned char>((v >> (8 * i)) & 0xff);
-}
-
+// The reader's header fields (4 or 8 bytes), over kiln/base/endian.h.
 uint64_t get_le(const unsigned char* in, size_t bytes) {
-  uint64_t v = 0;
-  for (size_t i = bytes; i > 0; --i)
-    v = (v << 8) | in[i - 1];
-  return v;
+  KILN_CHECK(bytes == 4 || bytes == 8) << "shard header fields are 4 or 8 bytes, not " << bytes;
+  return bytes == 4 ? decode_u32_le(in) : decode_u64_le(in);
 }
 
 std::string hex_bytes(const unsigned char* bytes, size_t n) {
@@ -61,21 +56,6 @@ std::string hex_bytes(const unsigned char* bytes, size_t n) {
     out += kHex[bytes[i] & 0xf];
   }
   return out;
-}
-
-// Writes all of [data, data + size) to fd, retrying short writes and EINTR.
-Status write_all(int fd, const void* data, size_t size, const std::string& path) {
-  const char* p = static_cast<const char*>(data);
-  while (size > 0) {
-    const ssize_t n = ::write(fd, p, size);
-    if (n < 0) {
-      if (errno == EINTR) continue;
-      return Status::io_error(path + ": write failed: " + errno_text(errno));
-    }
-    p += n;
-    size -= static_cast<size_t>(n);
-  }
-  return Status();
 }
 
 // Reads exactly `size` bytes at `offset`, retrying short reads and EINTR.
@@ -96,16 +76,6 @@ Status read_exact(int fd, void* data, size_t size, uint64_t offset, const std::s
     done += static_cast<size_t>(n);
   }
   return Status();
-}
-
-// Makes a rename in `dir` durable.
-Status fsync_dir(const std::string& dir) {
-  const int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  if (fd < 0) return Status::io_error(dir + ": cannot open directory: " + errno_text(errno));
-  Status status;
-  if (::fsync(fd) != 0) status = Status::io_error(dir + ": fsync failed: " + errno_text(errno));
-  ::close(fd);
-  return status;
 }
 
 bool is_shard_name(const std::filesystem::path& p) {
@@ -132,34 +102,15 @@ class FdCloser {
 
 }  // namespace
 
-Status write_shard(const std::string& path, std::span<const uint16_t> tokens) {
+Status write_shard(const std::string& path, std::span<const uint16_t> tokens, FileSystem* fs) {
   unsigned char header[kShardHeaderBytes] = {};
   std::memcpy(header + kMagicOffset, kShardMagic, sizeof(kShardMagic));
-  put_le(kShardVersion, 4, header + kVersionOffset);
-  put_le(kShardHeaderBytes, 4, header + kHeaderBytesOffset);
-  put_le(tokens.size(), 8, header + kTokenCountOffset);
-  put_le(xxh3(tokens.data(), tokens.size_bytes()), 8, header + kChecksumOffset);
-
-  const std::string tmp = path + ".tmp";
-  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd < 0) return Status::io_error(tmp + ": cannot create: " + errno_text(errno));
-  Status status = write_all(fd, header, sizeof(header), tmp);
-  if (status.ok()) status = write_all(fd, tokens.data(), tokens.size_bytes(), tmp);
-  if (status.ok() && ::fsync(fd) != 0) {
-    status = Status::io_error(tmp + ": fsync failed: " + errno_text(errno));
-  }
-  if (::close(fd) != 0 && status.ok()) {
-    status = Status::io_error(tmp + ": close failed: " + errno_text(errno));
-  }
-  if (status.ok() && std::rename(tmp.c_str(), path.c_str()) != 0) {
-    status = Status::io_error(tmp + ": rename to " + path + " failed: " + errno_text(errno));
-  }
-  if (!status.ok()) {
-    ::unlink(tmp.c_str());
-    return status;
-  }
-  const std::string parent = std::filesystem::path(path).parent_path().string();
-  return fsync_dir(parent.empty() ? "." : parent);
+  encode_u32_le(kShardVersion, header + kVersionOffset);
+  encode_u32_le(kShardHeaderBytes, header + kHeaderBytesOffset);
+  encode_u64_le(tokens.size(), header + kTokenCountOffset);
+  encode_u64_le(xxh3(tokens.data(), tokens.size_bytes()), header + kChecksumOffset);
+  const ByteSpan spans[] = {{header, sizeof(header)}, {tokens.data(), tokens.size_bytes()}};
+  return write_file_durably(fs, path, spans).status();
 }
 
 Status read_shard(const std::string& path, std::vector<uint16_t>* tokens) {
@@ -245,13 +196,13 @@ Result<std::vector<std::string>> list_shards(const std::string& dir) {
   return paths;
 }
 
-Result<ShardWriter> ShardWriter::create(const std::string& dir, uint64_t shard_tokens) {
+Result<ShardWriter> ShardWriter::create(const std::string& dir, uint64_t shard_tokens,
+                                        FileSystem* fs) {
   if (shard_tokens == 0) {
     return Status::invalid_argument(dir + ": shard size must be at least one token");
   }
+  KILN_RETURN_IF_ERROR(make_dirs_durably(fs, dir));
   std::error_code ec;
-  std::filesystem::create_directories(dir, ec);
-  if (ec) return Status::io_error(dir + ": cannot create directory: " + ec.message());
   std::filesystem::directory_iterator it(dir, ec);
   const std::filesystem::directory_iterator end;
   size_t existing = 0;
@@ -265,7 +216,7 @@ Result<ShardWriter> ShardWriter::create(const std::string& dir, uint64_t shard_t
         " shard file(s) (*.bin), which would be read together with the new ones; remove them or "
         "choose another directory");
   }
-  return ShardWriter(dir, shard_tokens);
+  return ShardWriter(dir, shard_tokens, fs);
 }
 
 Status ShardWriter::append(std::span<const uint32_t> tokens) {
@@ -300,7 +251,7 @@ Status ShardWriter::finish() {
 
 Status ShardWriter::flush_shard() {
   const std::string path = (std::filesystem::path(dir_) / shard_name(shards_written_)).string();
-  KILN_RETURN_IF_ERROR(write_shard(path, pending_));
+  KILN_RETURN_IF_ERROR(write_shard(path, pending_, fs_));
   tokens_written_ += pending_.size();
   ++shards_written_;
   paths_.push_back(path);

@@ -33,6 +33,7 @@
 #include <string_view>
 #include <vector>
 
+#include <kiln/base/file_system.h>
 #include <kiln/base/result.h>
 #include <kiln/base/status.h>
 #include <kiln/ckpt/limits.h>
@@ -81,6 +82,9 @@ struct WriteOptions {
   // data loader on a shared disk. `kiln ckpt write-test` uses it to make a write slow enough to
   // kill in the middle.
   uint64_t bytes_per_s_max = 0;
+  // Where the files go: the POSIX file system; tests pass a fault-injecting one. Not owned;
+  // REQUIRES: outlives the write.
+  FileSystem* fs = posix_file_system();
 };
 
 // Which shard: DIR/step_<step>/rank_<rank>_of_<world>.safetensors.
@@ -112,11 +116,14 @@ struct CommitSpec {
   // The trainer's opaque metadata: a JSON object (config hash, loader positions, RNG states, ...)
   // that read_manifest() returns unchanged. Parsed only to check it is an object.
   std::string metadata_json = "{}";
+  // Where the manifest goes (and the shards are checked): as WriteOptions::fs.
+  FileSystem* fs = posix_file_system();
 };
 
 // Phase 2, rank 0 only: checks that every rank's shard is in the step directory with the size its
 // record says (a missing one usually means DIR is not on a shared filesystem), then writes the
-// manifest durably. Returns OK once the checkpoint exists.
+// manifest durably. Returns OK once the checkpoint exists; on any error the step has no manifest
+// (a manifest whose directory fsync failed is removed again), so it reads as absent.
 // Errors: kInvalidArgument for a spec that does not match (record count, names, metadata not an
 // object) or an already committed step; kNotFound or kCorruption naming a missing or mis-sized
 // shard; kIoError naming the manifest file.

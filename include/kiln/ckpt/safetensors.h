@@ -23,6 +23,7 @@
 #include <string_view>
 #include <vector>
 
+#include <kiln/base/file_system.h>
 #include <kiln/base/result.h>
 #include <kiln/base/status.h>
 
@@ -53,11 +54,13 @@ Result<std::string> encode_safetensors_header(std::span<const TensorRef> tensors
                                               const std::map<std::string, std::string>& metadata,
                                               const std::string& what, uint64_t* data_bytes);
 
-// Writes `path` with `tensors` in the given order and `metadata` as "__metadata__". The file is
-// written under `path` + ".tmp", fsynced and renamed into place, so a crash leaves either the old
-// file or the new one. Names must be unique and not "__metadata__". Errors name the file.
+// Writes `path` with `tensors` in the given order and `metadata` as "__metadata__", through `fs`
+// by kiln's durable-write protocol (write_file_durably in kiln/base/file_system.h: `path`.tmp,
+// fsync, rename, directory fsync), so a crash leaves either the old file or the new one. Names
+// must be unique and not "__metadata__". Errors name the file and the call that failed.
 Status write_safetensors(const std::string& path, std::span<const TensorRef> tensors,
-                         const std::map<std::string, std::string>& metadata = {});
+                         const std::map<std::string, std::string>& metadata = {},
+                         FileSystem* fs = posix_file_system());
 
 struct TensorEntry {
   std::string name;

@@ -29,6 +29,7 @@
 #include <utility>
 #include <vector>
 
+#include <kiln/base/file_system.h>
 #include <kiln/base/result.h>
 #include <kiln/base/status.h>
 
@@ -43,8 +44,10 @@ inline constexpr uint32_t kShardTokenMax = 65535;
 // second, and a corpus of a few billion tokens stays at a few dozen files.
 inline constexpr uint64_t kDefaultShardTokens = 100'000'000;
 
-// Writes `tokens` as a shard at `path` (atomically, see above). Errors name the file.
-Status write_shard(const std::string& path, std::span<const uint16_t> tokens);
+// Writes `tokens` as a shard at `path` through `fs` (atomically, by write_file_durably in
+// kiln/base/file_system.h). Errors name the file and the call that failed.
+Status write_shard(const std::string& path, std::span<const uint16_t> tokens,
+                   FileSystem* fs = posix_file_system());
 
 // Reads and verifies the shard at `path` and appends its tokens to `*tokens`. On error `*tokens`
 // is left as it was. Corruption for a bad magic, version, header size, length or checksum;
@@ -62,8 +65,10 @@ class ShardWriter {
  public:
   // Creates `dir` (and its parents) if needed. InvalidArgument when shard_tokens is 0 or when
   // `dir` already holds `*.bin` files: a loader would read them together with the new ones.
+  // Shards are written through `fs` (not owned; REQUIRES: outlives the writer).
   static Result<ShardWriter> create(const std::string& dir,
-                                    uint64_t shard_tokens = kDefaultShardTokens);
+                                    uint64_t shard_tokens = kDefaultShardTokens,
+                                    FileSystem* fs = posix_file_system());
 
   // Appends tokens to the stream, writing every shard that fills. InvalidArgument, naming the
   // id and its position in the stream, for a token above kShardTokenMax; nothing of `tokens` is
@@ -80,12 +85,13 @@ class ShardWriter {
   const std::vector<std::string>& paths() const { return paths_; }
 
  private:
-  ShardWriter(std::string dir, uint64_t shard_tokens)
-      : dir_(std::move(dir)), shard_tokens_(shard_tokens) {}
+  ShardWriter(std::string dir, uint64_t shard_tokens, FileSystem* fs)
+      : dir_(std::move(dir)), shard_tokens_(shard_tokens), fs_(fs) {}
   Status flush_shard();
 
   std::string dir_;
   uint64_t shard_tokens_ = 0;
+  FileSystem* fs_ = nullptr;       // not owned
   std::vector<uint16_t> pending_;  // < shard_tokens_ tokens of the shard being filled
   uint64_t tokens_written_ = 0;    // in finished shards
   uint64_t shards_written_ = 0;

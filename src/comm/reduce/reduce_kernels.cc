@@ -1,5 +1,5 @@
 // The reduce dispatcher: checks a ReduceArgs, folds kAvg-with-divide_by-1 into kSum and calls the
-// kernel of the chosen ISA. Also copy2 and the choice of ISA (KILN_COMM_ISA).
+// kernel of the chosen ISA. Also copy2 and the choice of ISA (KILN_COMM_ISA, read in comm_env.cc).
 //
 // Compiled with the project's baseline flags (no -mavx*), so it runs on any x86-64 and is the
 // only code that decides whether an AVX2 or AVX-512 kernel may run. The CPU is probed once per
@@ -7,13 +7,14 @@
 #include "comm/reduce/reduce_kernels.h"
 
 #include <cstdint>
-#include <cstdlib>
 #include <cstring>
 #include <initializer_list>
+#include <string>
 #include <utility>
 
 #include <kiln/base/check.h>
 
+#include "comm/comm_env.h"
 #include "comm/reduce/reduce_kernels_internal.h"
 
 namespace kiln::comm {
@@ -100,22 +101,38 @@ KernelArgs kernel_args(const ReduceArgs& args) {
 
 namespace reduce_internal {
 
-CpuIsa choose_reduce_isa(CpuIsa best, const char* request) {
+Result<CpuIsa> choose_reduce_isa(CpuIsa best, const char* request) {
   if (request == nullptr || request[0] == '\0') return best;
+  std::string accepted;
+  for (int i = 0; i <= static_cast<int>(best); ++i)
+    accepted += std::string(i == 0 ? "" : ", ") + std::string(cpu_isa_name(static_cast<CpuIsa>(i)));
   const Result<CpuIsa> asked = parse_cpu_isa(request);
-  KILN_CHECK(asked.ok()) << "KILN_COMM_ISA=" << request << ": " << asked.status().message();
-  KILN_CHECK(isa_at_most(*asked, best))
-      << "KILN_COMM_ISA=" << request << " asks for " << cpu_isa_name(*asked)
-      << " but this CPU supports at most " << cpu_isa_name(best);
+  if (!asked.ok()) {
+    return Status::invalid_argument("KILN_COMM_ISA='" + std::string(request) +
+                                    "' is not an ISA: accepted are scalar, avx2 and avx512 (this "
+                                    "CPU runs " +
+                                    accepted + "), or unset for the best");
+  }
+  if (!isa_at_most(*asked, best)) {
+    return Status::not_supported(
+        "KILN_COMM_ISA=" + std::string(request) + " asks for " + std::string(cpu_isa_name(*asked)) +
+        " but this CPU supports at most " + std::string(cpu_isa_name(best)) +
+        " (accepted here: " + accepted + ")");
+  }
   return *asked;
 }
 
 }  // namespace reduce_internal
 
 CpuIsa reduce_isa() {
-  // getenv is read once, here; the environment is not expected to change under a running job.
-  static const CpuIsa isa =
-      reduce_internal::choose_reduce_isa(cpu_best_isa(), std::getenv("KILN_COMM_ISA"));
+  // Parsed once (comm_env.h); the environment is not expected to change under a running job.
+  // Communicator::create returns a bad KILN_COMM_ISA as an error, so this check fails only for
+  // reduce() called outside a communicator.
+  static const CpuIsa isa = [] {
+    const Result<CommEnv> env = parse_comm_env(process_env(), cpu_best_isa());
+    KILN_CHECK(env.ok()) << env.status().message();
+    return env->reduce_isa.value_or(cpu_best_isa());
+  }();
   return isa;
 }
 

@@ -50,8 +50,9 @@ void reduce_with_isa(const ReduceArgs& args, CpuIsa isa);
 void copy2(void* dst, void* dst2, const void* src, size_t bytes);
 
 // The ISA reduce() uses: the best the CPU has, unless the environment variable KILN_COMM_ISA
-// (scalar|avx2|avx512) asks for a lower one (read once at first use; asking for an ISA the CPU
-// lacks is a KILN_CHECK failure naming both). An empty KILN_COMM_ISA counts as unset.
+// (scalar|avx2|avx512) asks for a lower one (read once at first use, see comm_env.h). An empty
+// KILN_COMM_ISA counts as unset. Communicator::create reports a bad value as an error; reduce()
+// called outside a communicator with a bad value is a KILN_CHECK failure naming it.
 CpuIsa reduce_isa();
 
 }  // namespace kiln::comm

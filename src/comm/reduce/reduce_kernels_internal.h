@@ -11,6 +11,7 @@
 #include <cstdint>
 
 #include <kiln/base/cpu.h>
+#include <kiln/base/result.h>
 #include <kiln/comm/types.h>
 
 namespace kiln::comm::reduce_internal {
@@ -47,9 +48,10 @@ void reduce_kernel_avx2(const KernelArgs& args);
 void reduce_kernel_avx512(const KernelArgs& args);
 
 // The ISA reduce() uses on a CPU whose best level is `best`, given the value of KILN_COMM_ISA
-// (`request`, null when unset; empty counts as unset). A request above `best`, or a name
-// parse_cpu_isa rejects, is a KILN_CHECK failure naming both.
-CpuIsa choose_reduce_isa(CpuIsa best, const char* request);
+// (`request`, null when unset; empty counts as unset). kInvalidArgument for a name parse_cpu_isa
+// rejects, kNotSupported for a request above `best`; both name the variable, the value and the
+// accepted values.
+Result<CpuIsa> choose_reduce_isa(CpuIsa best, const char* request);
 
 }  // namespace kiln::comm::reduce_internal
 

@@ -829,21 +829,37 @@ TEST(Copy2DeathTest, RejectsPartialOverlap) {
 
 using reduce_internal::choose_reduce_isa;
 
-TEST(ReduceIsaChoiceTest, BestUnlessALowerOneIsAsked) {
-  EXPECT_EQ(choose_reduce_isa(CpuIsa::kAvx512, nullptr), CpuIsa::kAvx512);
-  EXPECT_EQ(choose_reduce_isa(CpuIsa::kAvx512, ""), CpuIsa::kAvx512);
-  EXPECT_EQ(choose_reduce_isa(CpuIsa::kAvx512, "avx512"), CpuIsa::kAvx512);
-  EXPECT_EQ(choose_reduce_isa(CpuIsa::kAvx512, "avx2"), CpuIsa::kAvx2);
-  EXPECT_EQ(choose_reduce_isa(CpuIsa::kAvx512, "scalar"), CpuIsa::kScalar);
-  EXPECT_EQ(choose_reduce_isa(CpuIsa::kAvx2, "scalar"), CpuIsa::kScalar);
-  EXPECT_EQ(choose_reduce_isa(CpuIsa::kScalar, nullptr), CpuIsa::kScalar);
+CpuIsa chosen(CpuIsa best, const char* request) {
+  const Result<CpuIsa> isa = choose_reduce_isa(best, request);
+  EXPECT_TRUE(isa.ok()) << isa.status().to_string();
+  return isa.ok() ? *isa : CpuIsa::kScalar;
 }
 
-TEST(ReduceIsaChoiceDeathTest, AHigherOrUnknownRequestFailsNamingBoth) {
-  EXPECT_DEATH(choose_reduce_isa(CpuIsa::kAvx2, "avx512"),
-               "KILN_COMM_ISA=avx512 asks for avx512 but this CPU supports at most avx2");
-  EXPECT_DEATH(choose_reduce_isa(CpuIsa::kScalar, "avx2"), "at most scalar");
-  EXPECT_DEATH(choose_reduce_isa(CpuIsa::kAvx512, "sse9"), "KILN_COMM_ISA=sse9");
+TEST(ReduceIsaChoiceTest, BestUnlessALowerOneIsAsked) {
+  EXPECT_EQ(chosen(CpuIsa::kAvx512, nullptr), CpuIsa::kAvx512);
+  EXPECT_EQ(chosen(CpuIsa::kAvx512, ""), CpuIsa::kAvx512);
+  EXPECT_EQ(chosen(CpuIsa::kAvx512, "avx512"), CpuIsa::kAvx512);
+  EXPECT_EQ(chosen(CpuIsa::kAvx512, "avx2"), CpuIsa::kAvx2);
+  EXPECT_EQ(chosen(CpuIsa::kAvx512, "scalar"), CpuIsa::kScalar);
+  EXPECT_EQ(chosen(CpuIsa::kAvx2, "scalar"), CpuIsa::kScalar);
+  EXPECT_EQ(chosen(CpuIsa::kScalar, nullptr), CpuIsa::kScalar);
+}
+
+// Issue 10: a bad KILN_COMM_ISA is an error value naming the variable and the accepted values,
+// not a KILN_CHECK abort.
+TEST(ReduceIsaChoiceTest, AHigherOrUnknownRequestIsAnErrorNamingBoth) {
+  const Status higher = choose_reduce_isa(CpuIsa::kAvx2, "avx512").status();
+  EXPECT_TRUE(higher.is_not_supported()) << higher.to_string();
+  EXPECT_EQ(higher.message(),
+            "KILN_COMM_ISA=avx512 asks for avx512 but this CPU supports at most avx2 (accepted "
+            "here: scalar, avx2)");
+  EXPECT_NE(choose_reduce_isa(CpuIsa::kScalar, "avx2").status().message().find("at most scalar"),
+            std::string::npos);
+  const Status unknown = choose_reduce_isa(CpuIsa::kAvx512, "sse9").status();
+  EXPECT_TRUE(unknown.is_invalid_argument()) << unknown.to_string();
+  EXPECT_EQ(unknown.message(),
+            "KILN_COMM_ISA='sse9' is not an ISA: accepted are scalar, avx2 and avx512 (this CPU "
+            "runs scalar, avx2, avx512), or unset for the best");
 }
 
 // reduce_isa() reads the environment once per process, so each case runs in a fresh child: the

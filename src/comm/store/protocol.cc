@@ -27,6 +27,8 @@
 // touches them, so no input can make it read out of bounds or allocate more than the input size.
 #include "comm/store/protocol.h"
 
+#include <kiln/base/endian.h>
+
 #include <algorithm>
 
 namespace kiln::comm::store {
@@ -42,13 +44,11 @@ constexpr size_t kQuotedBytesMax = 128;
 // ---- encoding
 
 void put_fixed32(std::string* out, uint32_t v) {
-  for (int i = 0; i < 4; ++i)
-    out->push_back(static_cast<char>((v >> (8 * i)) & 0xff));
+  append_u32_le(out, v);
 }
 
 void put_fixed64(std::string* out, uint64_t v) {
-  for (int i = 0; i < 8; ++i)
-    out->push_back(static_cast<char>((v >> (8 * i)) & 0xff));
+  append_u64_le(out, v);
 }
 
 void put_string(std::string* out, std::string_view s) {
@@ -72,8 +72,7 @@ std::string begin_frame(MessageType type, size_t payload_bytes_hint) {
 std::string finish_frame(std::string out) {
   KILN_CHECK_LE(out.size(), kStoreFrameBytesMax) << "an encoder exceeded the frame limit";
   const uint32_t body = static_cast<uint32_t>(out.size() - kFrameLengthBytes);
-  for (int i = 0; i < 4; ++i)
-    out[i] = static_cast<char>((body >> (8 * i)) & 0xff);
+  encode_u32_le(body, out.data());
   return out;
 }
 
@@ -87,18 +86,14 @@ class Reader {
 
   Status fixed32(uint32_t* v, std::string_view field) {
     KILN_RETURN_IF_ERROR(need(4, field));
-    *v = 0;
-    for (int i = 0; i < 4; ++i)
-      *v |= static_cast<uint32_t>(byte(i)) << (8 * i);
+    *v = decode_u32_le(in_.data());
     in_.remove_prefix(4);
     return Status();
   }
 
   Status fixed64(uint64_t* v, std::string_view field) {
     KILN_RETURN_IF_ERROR(need(8, field));
-    *v = 0;
-    for (int i = 0; i < 8; ++i)
-      *v |= static_cast<uint64_t>(byte(i)) << (8 * i);
+    *v = decode_u64_le(in_.data());
     in_.remove_prefix(8);
     return Status();
   }
@@ -418,9 +413,7 @@ std::string encode_response(const Response& resp) {
 
 Result<size_t> decode_frame_length(std::string_view prefix) {
   KILN_CHECK_EQ(prefix.size(), kFrameLengthBytes);
-  uint32_t length = 0;
-  for (int i = 0; i < 4; ++i)
-    length |= static_cast<uint32_t>(static_cast<uint8_t>(prefix[i])) << (8 * i);
+  const uint32_t length = decode_u32_le(prefix.data());
   if (length < kFrameHeaderBytes || length > kStoreFrameBytesMax - kFrameLengthBytes) {
     return Status::invalid_argument("store frame: length " + std::to_string(length) +
                                     " is outside " + std::to_string(kFrameHeaderBytes) + ".." +
