@@ -13,4 +13,5 @@ list(APPEND KILN_CKPT_SOURCES
 list(APPEND KILN_CKPT_TESTS
   async_checkpointer_test.cc
   catalog_test.cc
-  checkpoint_test.cc)
+  checkpoint_test.cc
+  manifest_test.cc)

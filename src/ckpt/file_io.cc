@@ -181,12 +181,32 @@ Result<FileRecord> write_file_durably(const std::string& dir, const std::string&
   return FileRecord{name, total, hasher.digest()};
 }
 
-Result<std::string> read_file_bounded(const std::string& path, size_t max_bytes) {
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+namespace {
+
+// Opens `path` for reading without blocking on a FIFO (O_NONBLOCK, which changes nothing for a
+// regular file) and refuses whatever is not a regular file: a FIFO with no writer would block
+// every read, and a device never ends. Returns the descriptor; the caller closes it.
+Result<int> open_regular_for_read(const std::string& path, struct stat* st) {
+  const int fd = ::open(path.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC);
   if (fd < 0) return os_error(path, "open", errno);
-  FdCloser closer(fd);
+  if (::fstat(fd, st) != 0) {
+    const int err = errno;
+    ::close(fd);
+    return os_error(path, "fstat", err);
+  }
+  if (!S_ISREG(st->st_mode)) {
+    ::close(fd);
+    return Status::corruption(path + ": not a regular file (a directory, FIFO or device)");
+  }
+  return fd;
+}
+
+}  // namespace
+
+Result<std::string> read_file_bounded(const std::string& path, size_t max_bytes) {
   struct stat st {};
-  if (::fstat(fd, &st) != 0) return os_error(path, "fstat", errno);
+  KILN_ASSIGN_OR_RETURN(const int fd, open_regular_for_read(path, &st));
+  FdCloser closer(fd);
   if (static_cast<uint64_t>(st.st_size) > max_bytes) {
     return Status::corruption(path + ": " + std::to_string(st.st_size) + " bytes, more than the " +
                               std::to_string(max_bytes) + " it may have");
@@ -205,8 +225,8 @@ Result<std::string> read_file_bounded(const std::string& path, size_t max_bytes)
 }
 
 Result<FileRecord> hash_file(const std::string& path) {
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return os_error(path, "open", errno);
+  struct stat st {};
+  KILN_ASSIGN_OR_RETURN(const int fd, open_regular_for_read(path, &st));
   FdCloser closer(fd);
   (void)::posix_fadvise(fd, 0, 0, POSIX_FADV_SEQUENTIAL);  // a hint; failure changes nothing
   std::vector<char> buffer(kReadChunkBytes);

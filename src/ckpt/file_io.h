@@ -41,10 +41,12 @@ Status make_dirs_durable(const std::string& dir);
 Result<FileRecord> write_file_durably(const std::string& dir, const std::string& name,
                                       std::span<const ByteSpan> spans, const WriteOptions& options);
 
-// The whole file when it is at most `max_bytes`; kNotFound when missing, kCorruption when larger.
+// The whole file when it is at most `max_bytes`; kNotFound when missing, kCorruption when larger
+// or not a regular file (a FIFO or device is refused without blocking).
 Result<std::string> read_file_bounded(const std::string& path, size_t max_bytes);
 
-// Size and XXH3-64 of the file at `path`, read in chunks (name left empty).
+// Size and XXH3-64 of the file at `path`, read in chunks (name left empty); kCorruption, without
+// blocking, when it is not a regular file.
 Result<FileRecord> hash_file(const std::string& path);
 
 // Removes a step directory: manifest first (then the directory is fsynced, so it can no longer
