@@ -5,7 +5,7 @@
 # Without clang++ the targets are skipped with a message, never silently.
 #
 #   kiln_fuzz_target(NAME <name> SOURCES <files...>
-#                    [SEED_SOURCES <files...>] [MAX_TOTAL_TIME <seconds>])
+#                    [SEED_SOURCES <files...>] [LIBS <-lname...>] [MAX_TOTAL_TIME <seconds>])
 #
 #   SOURCES       the files of the fuzzer; one defines LLVMFuzzerTestOneInput. Relative paths are
 #                 relative to the calling CMakeLists (CMAKE_CURRENT_SOURCE_DIR).
@@ -13,6 +13,8 @@
 #                 writes seed inputs into the directory argv[1]. It is built with the same
 #                 sanitizers (no fuzzer) and run before every fuzz test, so the seeds always match
 #                 the current format.
+#   LIBS          optional: system libraries the sources need (-lxxhash, -lyaml-cpp), linked into
+#                 the fuzzer and the seed generator.
 #   MAX_TOTAL_TIME  seconds the ctest run fuzzes; default 20.
 #
 # Produces ${CMAKE_BINARY_DIR}/fuzz/<name> (part of ALL, target fuzz_<name>) and the ctest test
@@ -53,7 +55,7 @@ function(kiln_fuzz_absolute out)
 endfunction()
 
 function(kiln_fuzz_target)
-  cmake_parse_arguments(ARG "" "NAME;MAX_TOTAL_TIME" "SOURCES;SEED_SOURCES" ${ARGN})
+  cmake_parse_arguments(ARG "" "NAME;MAX_TOTAL_TIME" "SOURCES;SEED_SOURCES;LIBS" ${ARGN})
   if(NOT ARG_NAME OR NOT ARG_SOURCES)
     message(FATAL_ERROR "kiln_fuzz_target needs NAME and SOURCES")
   endif()
@@ -75,7 +77,7 @@ function(kiln_fuzz_target)
     OUTPUT ${fuzzer}
     COMMAND ${CMAKE_COMMAND} -E make_directory ${dir}
     COMMAND ${KILN_CLANGXX} ${KILN_FUZZ_FLAGS} -fsanitize=fuzzer,address,undefined
-            ${sources} ${KILN_FUZZ_BASE_SOURCES} -o ${fuzzer}
+            ${sources} ${KILN_FUZZ_BASE_SOURCES} ${ARG_LIBS} -o ${fuzzer}
     DEPENDS ${sources} ${KILN_FUZZ_BASE_SOURCES} ${headers}
     COMMENT "Building libFuzzer target fuzz/${ARG_NAME} with clang++"
     VERBATIM)
@@ -87,7 +89,7 @@ function(kiln_fuzz_target)
       OUTPUT ${seeder}
       COMMAND ${CMAKE_COMMAND} -E make_directory ${dir}
       COMMAND ${KILN_CLANGXX} ${KILN_FUZZ_FLAGS} -fsanitize=address,undefined
-              ${seed_sources} ${KILN_FUZZ_BASE_SOURCES} -o ${seeder}
+              ${seed_sources} ${KILN_FUZZ_BASE_SOURCES} ${ARG_LIBS} -o ${seeder}
       DEPENDS ${seed_sources} ${KILN_FUZZ_BASE_SOURCES} ${headers}
       COMMENT "Building the seed generator fuzz/${ARG_NAME}_seeds with clang++"
       VERBATIM)

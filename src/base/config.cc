@@ -5,16 +5,20 @@
 // because as<T>() accepts things the strict schema does not (yes/no booleans, "0x10").
 #include <kiln/base/config.h>
 
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <yaml-cpp/depthguard.h>
 #include <yaml-cpp/yaml.h>
 
 #include <algorithm>
 #include <cerrno>
 #include <charconv>
 #include <cmath>
+#include <cstdio>
 #include <cstring>
-#include <fstream>
 #include <set>
-#include <sstream>
 
 namespace kiln {
 namespace {
@@ -53,9 +57,15 @@ std::string describe(const YAML::Node& node) {
     case YAML::NodeType::Null: return "null";
     case YAML::NodeType::Sequence: return "a sequence";
     case YAML::NodeType::Map: return "a mapping";
-    case YAML::NodeType::Scalar:
-      if (node.Tag() == "!") return "the string \"" + node.Scalar() + "\"";
-      return "'" + node.Scalar() + "'";
+    case YAML::NodeType::Scalar: {
+      // A message quotes at most this much of a scalar: enough to find it, never a whole file.
+      constexpr size_t kQuoteBytesMax = 64;
+      const std::string& text = node.Scalar();
+      const std::string quoted =
+          text.size() > kQuoteBytesMax ? text.substr(0, kQuoteBytesMax) + "..." : text;
+      if (node.Tag() == "!") return "the string \"" + quoted + "\"";
+      return "'" + quoted + "'";
+    }
     case YAML::NodeType::Undefined: break;
   }
   return "nothing";
@@ -83,10 +93,70 @@ bool parse_strict_double(const std::string& text, double* out) {
   return ec == std::errc() && ptr == end && std::isfinite(*out);
 }
 
+// %g: six significant digits, so 1e308 prints as "1e+308", never as its 309 decimal digits.
 std::string format_number(double v) {
-  std::ostringstream out;
-  out << v;
-  return out.str();
+  char buf[32];
+  std::snprintf(buf, sizeof(buf), "%g", v);
+  return buf;
+}
+
+// Closes a file descriptor when it goes out of scope.
+class FdCloser {
+ public:
+  explicit FdCloser(int fd) : fd_(fd) {}
+  ~FdCloser() { ::close(fd_); }
+  FdCloser(const FdCloser&) = delete;
+  FdCloser& operator=(const FdCloser&) = delete;
+
+ private:
+  int fd_;
+};
+
+// Reads the config file at `path`: a regular file of at most kConfigBytesMax bytes. It is opened
+// O_NONBLOCK so that a FIFO cannot block the open, and refused after fstat unless it is a regular
+// file (a directory, a FIFO, /dev/zero); the read stops past the bound, so a file that grows
+// while being read cannot take more memory either.
+Result<std::string> read_config_file(const std::string& path) {
+  const int fd = ::open(path.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+  if (fd < 0) {
+    const int err = errno;
+    if (err == ENOENT) return Status::not_found("config file " + path + ": no such file");
+    return Status::io_error("config file " + path + ": " + std::strerror(err));
+  }
+  FdCloser closer(fd);
+  struct stat st {};
+  if (::fstat(fd, &st) != 0) {
+    return Status::io_error("config file " + path + ": fstat: " + std::strerror(errno));
+  }
+  if (S_ISDIR(st.st_mode)) {
+    return Status::invalid_argument("config file " + path + ": is a directory, not a file");
+  }
+  if (!S_ISREG(st.st_mode)) {
+    return Status::invalid_argument("config file " + path +
+                                    ": not a regular file (a FIFO, socket or device); a config "
+                                    "must be a file");
+  }
+  if (static_cast<uint64_t>(st.st_size) > kConfigBytesMax) {
+    return Status::invalid_argument("config file " + path + ": " + std::to_string(st.st_size) +
+                                    " bytes, more than the " + std::to_string(kConfigBytesMax) +
+                                    " a config may have");
+  }
+  std::string text(kConfigBytesMax + 1, '\0');
+  size_t done = 0;
+  while (done < text.size()) {
+    const ssize_t n = ::read(fd, text.data() + done, text.size() - done);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) return Status::io_error("config file " + path + ": read: " + std::strerror(errno));
+    if (n == 0) break;
+    done += static_cast<size_t>(n);
+  }
+  if (done > kConfigBytesMax) {
+    return Status::invalid_argument("config file " + path + ": grew past the " +
+                                    std::to_string(kConfigBytesMax) +
+                                    " bytes a config may have while being read");
+  }
+  text.resize(done);
+  return text;
 }
 
 }  // namespace
@@ -131,8 +201,19 @@ struct ConfigDocument::State {
 Result<ConfigDocument> ConfigDocument::parse(std::string_view text, std::string source_name) {
   auto state = std::make_shared<State>();
   state->source_name = std::move(source_name);
+  if (text.size() > kConfigBytesMax) {
+    return Status::invalid_argument(state->source_name + ": " + std::to_string(text.size()) +
+                                    " bytes, more than the " + std::to_string(kConfigBytesMax) +
+                                    " a config may have");
+  }
   try {
     state->root = YAML::Load(std::string(text));
+  } catch (const YAML::DeepRecursion& e) {
+    // yaml-cpp stops at a fixed depth (DepthGuard's 2000) but says only "bad file".
+    return Status::invalid_argument(state->source_name + ":" + std::to_string(e.mark.line + 1) +
+                                    ":" + std::to_string(e.mark.column + 1) +
+                                    ": YAML nested too deeply (yaml-cpp stops at a recursion "
+                                    "depth of 2000; a config needs a handful of levels)");
   } catch (const YAML::Exception& e) {
     return Status::invalid_argument(state->source_name + ":" + std::to_string(e.mark.line + 1) +
                                     ":" + std::to_string(e.mark.column + 1) +
@@ -155,16 +236,8 @@ Result<ConfigDocument> ConfigDocument::parse(std::string_view text, std::string 
 }
 
 Result<ConfigDocument> ConfigDocument::load_file(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) {
-    const int err = errno;
-    if (err == ENOENT) return Status::not_found("config file " + path + ": no such file");
-    return Status::io_error("config file " + path + ": " + std::strerror(err));
-  }
-  std::ostringstream text;
-  text << in.rdbuf();
-  if (in.bad()) return Status::io_error("config file " + path + ": read failed");
-  return parse(text.str(), path);
+  KILN_ASSIGN_OR_RETURN(const std::string text, read_config_file(path));
+  return parse(text, path);
 }
 
 ConfigReader ConfigDocument::root() const {
@@ -273,7 +346,7 @@ ConfigReader& ConfigReader::read_double(std::string_view key, double* out, doubl
   }
   if (value < min || value > max) {
     state_->add_error(node.Mark(), path,
-                      node.Scalar() + " is out of range [" + format_number(min) + ", " +
+                      format_number(value) + " is out of range [" + format_number(min) + ", " +
                           format_number(max) + "]");
     return *this;
   }
@@ -366,27 +439,31 @@ ConfigReader& ConfigReader::read_string_map(std::string_view key,
     state_->add_error(node.Mark(), path, "expected a mapping of strings, got " + describe(node));
     return *this;
   }
+  // Every bad entry is reported, not only the first; the output is set only when none is bad.
   std::map<std::string, std::string> values;
+  bool all_good = true;
   for (auto it = node.begin(); it != node.end(); ++it) {
     const std::string item_path = join_path(path, it->first.IsScalar() ? it->first.Scalar() : "?");
     if (!it->first.IsScalar() || !it->second.IsScalar()) {
       state_->add_error(it->second.Mark(), item_path,
                         "expected a string value, got " + describe(it->second));
-      return *this;
+      all_good = false;
+      continue;
     }
     if (check_key) {
       const std::string complaint = check_key(it->first.Scalar());
       if (!complaint.empty()) {
         state_->add_error(it->first.Mark(), item_path, complaint);
-        return *this;
+        all_good = false;
+        continue;
       }
     }
     if (!values.emplace(it->first.Scalar(), it->second.Scalar()).second) {
       state_->add_error(it->first.Mark(), item_path, "duplicate key");
-      return *this;
+      all_good = false;
     }
   }
-  *out = std::move(values);
+  if (all_good) *out = std::move(values);
   return *this;
 }
 

@@ -1,5 +1,7 @@
 #include <kiln/base/config.h>
 
+#include <sys/stat.h>
+
 #include <gtest/gtest.h>
 
 #include <cstdio>
@@ -219,6 +221,102 @@ TEST(ConfigTest, StringMapKeyCheckReportsAtTheKey) {
   EXPECT_EQ(doc->finish().message(),
             "agent.yaml:3:3: key 'labels.bad-name': not a valid label name");
   EXPECT_TRUE(labels.empty());  // a rejected map never reaches the output
+}
+
+}  // namespace
+}  // namespace kiln
+
+// Issue 10: inputs that hung, exhausted memory or were reported as something else.
+namespace kiln {
+namespace {
+
+TEST(ConfigFileTest, EveryBadLabelIsReportedNotOnlyTheFirst) {
+  Result<ConfigDocument> doc =
+      ConfigDocument::parse("labels:\n  bad-one: x\n  rack: r1\n  bad-two: y\n", "agent.yaml");
+  ASSERT_TRUE(doc.ok());
+  std::map<std::string, std::string> labels;
+  doc->root().read_string_map("labels", &labels, kOptional, [](const std::string& key) {
+    return key.find('-') == std::string::npos ? "" : "not a valid label name";
+  });
+  EXPECT_EQ(doc->finish().message(),
+            "agent.yaml:2:3: key 'labels.bad-one': not a valid label name\n"
+            "agent.yaml:4:3: key 'labels.bad-two': not a valid label name");
+  EXPECT_TRUE(labels.empty());
+}
+
+TEST(ConfigFileTest, ADirectoryIsNamedAsOneNotAsAMissingKey) {
+  const std::string dir = kiln::testing::unique_temp_dir("config_dir");
+  Result<ConfigDocument> doc = ConfigDocument::load_file(dir);
+  ASSERT_FALSE(doc.ok());
+  EXPECT_TRUE(doc.status().is_invalid_argument());
+  EXPECT_EQ(doc.status().message(), "config file " + dir + ": is a directory, not a file");
+}
+
+TEST(ConfigFileTest, AFifoOrADeviceIsRefusedWithoutBlocking) {
+  // Before, a FIFO with no writer blocked the open forever and /dev/zero read until bad_alloc.
+  const std::string fifo = kiln::testing::unique_temp_path("config.fifo");
+  ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
+  for (const std::string& path : {fifo, std::string("/dev/zero")}) {
+    Result<ConfigDocument> doc = ConfigDocument::load_file(path);
+    ASSERT_FALSE(doc.ok()) << path;
+    EXPECT_TRUE(doc.status().is_invalid_argument()) << doc.status().to_string();
+    EXPECT_EQ(doc.status().message(), "config file " + path +
+                                          ": not a regular file (a FIFO, socket or device); a "
+                                          "config must be a file");
+  }
+  std::remove(fifo.c_str());
+}
+
+TEST(ConfigFileTest, AFileOverTheBoundIsRefusedNamingTheBound) {
+  const std::string path = kiln::testing::unique_temp_path("big.yaml");
+  {
+    std::ofstream out(path);
+    out << "# " << std::string(kConfigBytesMax, 'x') << "\n";
+  }
+  Result<ConfigDocument> doc = ConfigDocument::load_file(path);
+  ASSERT_FALSE(doc.ok());
+  EXPECT_EQ(doc.status().message(), "config file " + path + ": " +
+                                        std::to_string(kConfigBytesMax + 3) +
+                                        " bytes, more than the 1048576 a config may have");
+  EXPECT_FALSE(ConfigDocument::parse(std::string(kConfigBytesMax + 1, ' '), "t.yaml").ok());
+  std::remove(path.c_str());
+}
+
+TEST(ConfigFileTest, DeepNestingSaysSoInsteadOfBadFile) {
+  for (const std::string& deep : {std::string(100'000, '['),
+                                  [] {
+                                    std::string s;
+                                    for (int i = 0; i < 5000; ++i)
+                                      s += "- ";
+                                    return s + "x";
+                                  }(),
+                                  "a: " + std::string(50'000, '{')}) {
+    Result<ConfigDocument> doc = ConfigDocument::parse(deep, "deep.yaml");
+    ASSERT_FALSE(doc.ok());
+    EXPECT_TRUE(doc.status().is_invalid_argument());
+    EXPECT_NE(doc.status().message().find("deep.yaml:1:"), std::string::npos)
+        << doc.status().message();
+    EXPECT_NE(doc.status().message().find("YAML nested too deeply"), std::string::npos)
+        << doc.status().message();
+  }
+}
+
+TEST(ConfigFileTest, MessagesQuoteLongScalarsShortly) {
+  Result<ConfigDocument> doc = ConfigDocument::parse(std::string(10'000, 'x'), "t.yaml");
+  ASSERT_FALSE(doc.ok());
+  EXPECT_EQ(doc.status().message(), "t.yaml:1: expected a mapping of keys at the top level, got '" +
+                                        std::string(64, 'x') + "...'");
+}
+
+TEST(ConfigFileTest, RangeErrorsPrintNumbersShortly) {
+  // 1 followed by 308 zeros: the message printed all 309 digits back.
+  Result<ConfigDocument> doc =
+      ConfigDocument::parse("lr: 1" + std::string(308, '0') + "\n", "t.yaml");
+  ASSERT_TRUE(doc.ok());
+  double lr = 0.1;
+  doc->root().read_double("lr", &lr, 0, 1);
+  EXPECT_EQ(doc->finish().message(), "t.yaml:1:5: key 'lr': 1e+308 is out of range [0, 1]");
+  EXPECT_EQ(lr, 0.1);
 }
 
 }  // namespace

@@ -126,8 +126,21 @@ class PosixFileSystem final : public FileSystem {
   }
 
   Result<std::unique_ptr<ReadableFile>> open_for_read(const std::string& path) override {
-    const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+    // O_NONBLOCK so that a FIFO with no writer cannot block the open (it changes nothing for a
+    // regular file); whatever is not a regular file is refused: a FIFO blocks every read and a
+    // device never ends.
+    const int fd = ::open(path.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC);
     if (fd < 0) return os_error(path, "open", errno);
+    struct stat st {};
+    if (::fstat(fd, &st) != 0) {
+      const int err = errno;
+      ::close(fd);
+      return os_error(path, "fstat", err);
+    }
+    if (!S_ISREG(st.st_mode)) {
+      ::close(fd);
+      return Status::corruption(path + ": not a regular file (a directory, FIFO or device)");
+    }
     (void)::posix_fadvise(fd, 0, 0, POSIX_FADV_SEQUENTIAL);  // a hint; failure changes nothing
     return std::unique_ptr<ReadableFile>(new PosixReadableFile(path, fd));
   }

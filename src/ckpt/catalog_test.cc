@@ -2,6 +2,11 @@
 // names the bad file, resume selection with its fallback and reasons, and retention.
 #include <kiln/ckpt/catalog.h>
 
+#include <sys/stat.h>
+
+#include <kiln/base/checksum.h>
+
+#include <cstdio>
 #include <filesystem>
 #include <string>
 #include <vector>
@@ -200,6 +205,73 @@ TEST(RetentionTest, WithoutACompleteCheckpointNothingIsRemoved) {
   ASSERT_TRUE(removed.ok());
   EXPECT_TRUE(removed->empty());
   EXPECT_TRUE(std::filesystem::exists(dir + "/step_000000001"));
+}
+
+}  // namespace
+}  // namespace kiln::ckpt
+
+// Issue 10: hostile checkpoint directories that crashed or hung the catalog.
+namespace kiln::ckpt {
+namespace {
+
+// Rewrites `manifest_path` with its metadata replaced by `metadata`, checksum recomputed, so
+// only the content is wrong.
+void replace_metadata(const std::string& manifest_path, const std::string& metadata) {
+  const std::string text = testing::read_file(manifest_path);
+  const size_t prefix =
+      std::string(R"({"manifest_xxh3":")").size() + 16 + std::string(R"(","body":)").size();
+  std::string body = text.substr(prefix, text.size() - prefix - 2);
+  const std::string old_metadata = R"("metadata":{})";
+  ASSERT_TRUE(body.ends_with(old_metadata + "}")) << body;
+  body = body.substr(0, body.size() - old_metadata.size() - 1) + R"("metadata":)" + metadata + "}";
+  testing::write_file(manifest_path, R"({"manifest_xxh3":")" + checksum_hex(xxh3(body)) +
+                                         R"(","body":)" + body + "}\n");
+}
+
+TEST(HostileCheckpointTest, ADeepManifestIsCorruptionAndResumeFallsBack) {
+  const std::string dir = kiln::testing::unique_temp_dir("ckpt");
+  write_checkpoint(dir, 100, 1);
+  write_checkpoint(dir, 120, 1);
+  const std::string manifest = dir + "/step_000000120/manifest.json";
+  // 200,000 levels, 400 KB: before, list/verify/resume died of a stack overflow in the parse.
+  replace_metadata(manifest,
+                   "{\"x\":" + std::string(200'000, '[') + std::string(200'000, ']') + "}");
+
+  Result<std::vector<CheckpointInfo>> listed = list_checkpoints(dir);
+  ASSERT_TRUE(listed.ok());
+  ASSERT_EQ(listed->size(), 2u);
+  EXPECT_EQ((*listed)[1].state, CheckpointState::kInvalid);
+  EXPECT_THAT((*listed)[1].problem, HasSubstr(manifest + ": body: JSON nested more than 64"));
+
+  Result<ResumeChoice> choice = find_resume_checkpoint(dir);
+  ASSERT_TRUE(choice.ok());
+  ASSERT_TRUE(choice->chosen.has_value());
+  EXPECT_EQ(choice->chosen->step, 100);
+  ASSERT_EQ(choice->skipped.size(), 1u);
+  EXPECT_TRUE(choice->skipped[0].reason.is_corruption());
+  EXPECT_THAT(choice->skipped[0].reason.message(), HasSubstr(manifest));
+}
+
+TEST(HostileCheckpointTest, AFifoAsAShardFailsVerificationWithoutBlocking) {
+  const std::string dir = kiln::testing::unique_temp_dir("ckpt");
+  write_checkpoint(dir, 100, 1);
+  write_checkpoint(dir, 120, 1);
+  const std::string shard = dir + "/step_000000120/rank_00000_of_00001.safetensors";
+  ASSERT_EQ(std::remove(shard.c_str()), 0);
+  ASSERT_EQ(::mkfifo(shard.c_str(), 0600), 0);  // no writer: an open for reading used to block
+
+  const Status verified = verify_checkpoint(dir + "/step_000000120");
+  EXPECT_TRUE(verified.is_corruption()) << verified.to_string();
+  EXPECT_THAT(verified.message(), HasSubstr(shard + ": not a regular file"));
+  Result<ResumeChoice> choice = find_resume_checkpoint(dir);
+  ASSERT_TRUE(choice.ok());
+  ASSERT_TRUE(choice->chosen.has_value());
+  EXPECT_EQ(choice->chosen->step, 100);
+  // A FIFO in place of the manifest is refused the same way.
+  const std::string manifest = dir + "/step_000000100/manifest.json";
+  ASSERT_EQ(std::remove(manifest.c_str()), 0);
+  ASSERT_EQ(::mkfifo(manifest.c_str(), 0600), 0);
+  EXPECT_TRUE(read_manifest(dir + "/step_000000100").status().is_corruption());
 }
 
 }  // namespace

@@ -5,6 +5,7 @@
 #include <kiln/base/check.h>
 #include <kiln/base/checksum.h>
 #include <kiln/base/clock.h>
+#include <kiln/base/json.h>
 
 #include <cstdio>
 
@@ -19,6 +20,8 @@ namespace {
 
 constexpr std::string_view kStepDirPrefix = "step_";
 constexpr size_t kStepDigits = 9;  // kStepMax has 9 digits
+// A record is a name, a size and a hash: under 200 bytes; 64 KiB is room for any honest one.
+constexpr size_t kFileRecordBytesMax = size_t{64} << 10;
 
 // The shard's __metadata__ value for `key` parses as `expected`; kCorruption naming it otherwise.
 Status check_shard_key(const SafetensorsFile& file, std::string_view key, int64_t expected) {
@@ -94,10 +97,11 @@ std::string file_record_to_json(const FileRecord& record) {
 }
 
 Result<FileRecord> file_record_from_json(std::string_view text) {
-  const nlohmann::json j = nlohmann::json::parse(text, nullptr, false);
-  if (j.is_discarded() || !j.is_object()) {
-    return Status::invalid_argument("file record is not a JSON object");
-  }
+  // A peer rank wrote it: bounded like every JSON text Kiln did not write itself.
+  KILN_ASSIGN_OR_RETURN(
+      const nlohmann::json j,
+      parse_json_bounded(text, {kFileRecordBytesMax, kJsonDepthMaxDefault}, "file record"));
+  if (!j.is_object()) return Status::invalid_argument("file record is not a JSON object");
   auto name = j.find("name");
   auto size = j.find("size_bytes");
   auto hash = j.find("xxh3");

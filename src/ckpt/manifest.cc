@@ -3,6 +3,9 @@
 
 #include <kiln/base/check.h>
 #include <kiln/base/checksum.h>
+#include <kiln/base/json.h>
+
+#include <limits>
 
 #include <nlohmann/json.hpp>
 
@@ -90,6 +93,10 @@ Result<Manifest> decode_body(const Json& body, const std::string& where) {
   uint64_t sum = 0;
   for (int r = 0; r < m.world; ++r) {
     KILN_ASSIGN_OR_RETURN(FileRecord record, decode_file((*files)[r], r, m.world, where));
+    if (record.size_bytes > std::numeric_limits<uint64_t>::max() - sum) {
+      return Status::corruption(where + ": files' size_bytes overflow 64 bits at files[" +
+                                std::to_string(r) + "]");
+    }
     sum += record.size_bytes;
     m.files.push_back(std::move(record));
   }
@@ -173,8 +180,9 @@ Result<Manifest> decode_manifest(std::string_view bytes, const std::string& path
                               checksum_hex(recorded) + ", body hashes to " +
                               checksum_hex(computed));
   }
-  const Json parsed = Json::parse(body.begin(), body.end(), nullptr, false);
-  if (parsed.is_discarded()) return Status::corruption(path + ": body is not valid JSON");
+  KILN_ASSIGN_OR_RETURN(const Json parsed,
+                        parse_json_bounded<Json>(body, {kManifestBytesMax, kManifestDepthMax},
+                                                 path + ": body", StatusCode::kCorruption));
   return decode_body(parsed, path);
 }
 

@@ -11,7 +11,9 @@
 // The whole file is valid JSON (jq reads it), and the checksum covers the body's bytes as they lie
 // in the file, so no re-serialization is involved in checking it. The fixed prefix puts the body
 // at a known offset. Invariants a decoder checks: prefix, checksum, suffix, every field's type,
-// files.size() == world_size, file i is rank i's shard name, total_bytes is the files' sum.
+// files.size() == world_size, file i is rank i's shard name, total_bytes is the files' sum (which
+// must not overflow 64 bits), and the body nests at most kManifestDepthMax deep (checked before
+// the parse, so a hostile body cannot overflow the stack).
 #ifndef KILN_CKPT_MANIFEST_H_
 #define KILN_CKPT_MANIFEST_H_
 
@@ -25,6 +27,10 @@ namespace kiln::ckpt::internal {
 
 inline constexpr std::string_view kManifestFormat = "kiln-checkpoint";
 inline constexpr int kManifestVersion = 1;
+// The body is 3 levels deep (body, files, one file) around the trainer's metadata, which nests 2
+// or 3; 64 leaves room for any honest metadata and keeps dump() and copies far from the stack's
+// end (200,000 levels overflowed it).
+inline constexpr int kManifestDepthMax = 64;
 
 // The file's bytes. REQUIRES: manifest.metadata_json is a JSON object and the files are
 // consistent with step and world (commit() checks both first).

@@ -1,6 +1,8 @@
 // Safetensors writing and reading (see include/kiln/ckpt/safetensors.h for the layout).
 #include <kiln/ckpt/safetensors.h>
 
+#include <kiln/base/json.h>
+
 #include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -25,6 +27,9 @@ constexpr size_t kDataAlignment = 8;
 // A header larger than this is a corrupt length field, not a real file (the format's own
 // readers refuse headers above 100 MB).
 constexpr uint64_t kMaxHeaderBytes = 100ull << 20;
+// The header is {name: {"shape": [...], ...}, "__metadata__": {key: string}}: 3 levels. A little
+// more is tolerated so the structural checks, not the depth bound, name a misplaced value.
+constexpr int kHeaderDepthMax = 8;
 
 struct DTypeName {
   DType dtype;
@@ -121,12 +126,17 @@ Status write_safetensors(const std::string& path, std::span<const TensorRef> ten
 
 Result<SafetensorsFile> SafetensorsFile::open(const std::string& path) {
   std::vector<std::byte> contents;
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  // O_NONBLOCK so that a FIFO cannot block the open; it changes nothing for a regular file.
+  const int fd = ::open(path.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC);
   if (fd < 0) return Status::io_error(path + ": cannot open: " + errno_text());
   struct stat st {};
   if (::fstat(fd, &st) != 0) {
     ::close(fd);
     return Status::io_error(path + ": cannot stat: " + errno_text());
+  }
+  if (!S_ISREG(st.st_mode)) {
+    ::close(fd);
+    return Status::corruption(path + ": not a regular file (a directory, FIFO or device)");
   }
   contents.resize(static_cast<size_t>(st.st_size));
   size_t done = 0;
@@ -161,10 +171,12 @@ Result<SafetensorsFile> SafetensorsFile::from_bytes(std::string path,
                               " does not fit the file's " + std::to_string(size) + " bytes");
   }
   const char* text = reinterpret_cast<const char*>(file.contents_.data() + kHeaderLengthBytes);
-  nlohmann::json header = nlohmann::json::parse(text, text + header_bytes, nullptr, false);
-  if (header.is_discarded() || !header.is_object()) {
-    return Status::corruption(path_ref + ": header is not a JSON object");
-  }
+  Result<nlohmann::json> parsed =
+      parse_json_bounded(std::string_view(text, header_bytes), {kMaxHeaderBytes, kHeaderDepthMax},
+                         path_ref + ": header", StatusCode::kCorruption);
+  if (!parsed.ok()) return parsed.status();
+  const nlohmann::json header = std::move(*parsed);
+  if (!header.is_object()) return Status::corruption(path_ref + ": header is not a JSON object");
   const std::byte* data = file.contents_.data() + kHeaderLengthBytes + header_bytes;
   const uint64_t data_bytes = size - kHeaderLengthBytes - header_bytes;
 

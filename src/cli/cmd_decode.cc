@@ -7,74 +7,64 @@
 // index); 1 for a malformed vocabulary file or a read or write error.
 #include <kiln/train/tokenizer.h>
 
-#include <nlohmann/json.hpp>
-
+#include <algorithm>
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
-#include <limits>
 #include <memory>
+#include <span>
 #include <string>
 #include <vector>
 
 #include "cli/command.h"
+#include "cli/decode_input.h"
 
 namespace kiln::cli {
 namespace {
 
-// A JSON array of ids takes up to 6 bytes an id and nlohmann::json about 16 bytes a value
-// while it is parsed; 256 MiB of input is 40 M ids or more, 20x the whole State of the Union
-// corpus, and bounds the parse to a few GiB.
+// Input is read whole (the ids take at most twice its size; see decode_input.h). 256 MiB is 40 M
+// ids or more, 20x the whole State of the Union corpus.
 constexpr size_t kDecodeInputBytesMax = size_t{256} << 20;
+// Ids decoded and written at a time, so the output text is never held whole: a GPT-2 token is at
+// most a few hundred bytes, so a chunk's text stays within a few MiB.
+constexpr size_t kDecodeChunkIds = size_t{16} << 10;
 
 struct DecodeOptions {
   std::string encoder = "data/gpt2/encoder.json";
   std::string vocab = "data/gpt2/vocab.bpe";
 };
 
-// The ids of a JSON array. InvalidArgument naming the element that is not an integer that fits
-// in 32 bits; whether an id is in the vocabulary is decode()'s to say.
-Result<std::vector<uint32_t>> parse_ids(const std::string& text) {
-  nlohmann::json doc;
-  try {
-    doc = nlohmann::json::parse(text);
-  } catch (const nlohmann::json::exception& e) {
-    return Status::invalid_argument(std::string("stdin: ") + e.what());
-  }
-  if (!doc.is_array()) {
-    return Status::invalid_argument(std::string("stdin: expected a JSON array of token ids, not ") +
-                                    doc.type_name());
-  }
-  std::vector<uint32_t> ids;
-  ids.reserve(doc.size());
-  for (size_t i = 0; i < doc.size(); ++i) {
-    const nlohmann::json& value = doc[i];
-    if (!value.is_number_unsigned()) {
-      return Status::invalid_argument(
-          "stdin: element " + std::to_string(i) + " is not a token id (a non-negative integer): " +
-          value.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace));
-    }
-    const uint64_t id = value.get<uint64_t>();
-    if (id > std::numeric_limits<uint32_t>::max()) {
-      return Status::invalid_argument("token id " + std::to_string(id) + " at index " +
-                                      std::to_string(i) + " is out of range");
-    }
-    ids.push_back(static_cast<uint32_t>(id));
-  }
-  return ids;
-}
-
 int run_decode_command(const DecodeOptions& options) {
   Result<train::Tokenizer> tokenizer = train::Tokenizer::load(options.encoder, options.vocab);
   if (!tokenizer.ok()) return report_error("decode", tokenizer.status());
   Result<std::string> input = read_stdin(kDecodeInputBytesMax);
   if (!input.ok()) return report_error("decode", input.status());
-  Result<std::vector<uint32_t>> ids = parse_ids(*input);
+  Result<std::vector<uint32_t>> ids = parse_token_ids(*input);
   if (!ids.ok()) return report_error("decode", ids.status());
-  Result<std::string> text = tokenizer->decode(*ids);
-  if (!text.ok()) return report_error("decode", text.status().with_context("stdin"));
-  if (std::fwrite(text->data(), 1, text->size(), stdout) != text->size() ||
-      std::fflush(stdout) != 0) {
+  *input = std::string();  // the text is no longer needed; free it before decoding
+  // Every id is checked before the first byte is written, so a bad id leaves stdout empty.
+  const uint32_t vocab = tokenizer->vocab_size();
+  for (size_t i = 0; i < ids->size(); ++i) {
+    if ((*ids)[i] >= vocab) {
+      return report_error(
+          "decode",
+          Status::invalid_argument("stdin: token id " + std::to_string((*ids)[i]) + " at index " +
+                                   std::to_string(i) + " is out of range: the vocabulary has " +
+                                   std::to_string(vocab) + " tokens (ids 0 to " +
+                                   std::to_string(vocab - 1) + ")"));
+    }
+  }
+  const std::span<const uint32_t> all(*ids);
+  for (size_t begin = 0; begin < all.size(); begin += kDecodeChunkIds) {
+    const size_t n = std::min(kDecodeChunkIds, all.size() - begin);
+    Result<std::string> text = tokenizer->decode(all.subspan(begin, n));
+    if (!text.ok()) return report_error("decode", text.status().with_context("stdin"));
+    if (std::fwrite(text->data(), 1, text->size(), stdout) != text->size()) {
+      return report_error("decode",
+                          Status::io_error(std::string("stdout: ") + std::strerror(errno)));
+    }
+  }
+  if (std::fflush(stdout) != 0) {
     return report_error("decode", Status::io_error(std::string("stdout: ") + std::strerror(errno)));
   }
   return kExitOk;

@@ -61,6 +61,10 @@ int run_sample(const SampleFlags& flags, const GlobalOptions& globals) {
                       flags.weights_path + ": vocab_size " + std::to_string(config->vocab_size) +
                       " exceeds the tokenizer's " + std::to_string(tokenizer->vocab_size())));
   }
+  // The file's tensors against its metadata before a model of the claimed size is allocated: a
+  // 144-byte file claiming gpt2-124m would otherwise cost 2 GB before it was found empty.
+  Status checked = train::check_weights_file(flags.weights_path, *config);
+  if (!checked.ok()) return report_error("sample", checked.with_context("--weights"));
   std::vector<uint32_t> context;
   tokenizer->encode(flags.prompt, &context);
   const size_t prompt_tokens = context.size();

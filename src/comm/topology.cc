@@ -1,6 +1,9 @@
 // See topology.h.
 #include "comm/topology.h"
 
+#include <kiln/base/json.h>
+#include <kiln/comm/store.h>
+
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
@@ -52,10 +55,11 @@ std::string record_to_json(const RankRecord& record) {
 }
 
 Result<RankRecord> record_from_json(const std::string& json) {
-  nlohmann::json j = nlohmann::json::parse(json, nullptr, /*allow_exceptions=*/false);
-  if (j.is_discarded() || !j.is_object()) {
-    return Status::invalid_argument("rank record is not a JSON object");
-  }
+  // A peer wrote it: bounded like every JSON text Kiln did not write itself (kiln/base/json.h).
+  KILN_ASSIGN_OR_RETURN(
+      nlohmann::json j,
+      parse_json_bounded(json, {kStoreValueBytesMax, kJsonDepthMaxDefault}, "rank record"));
+  if (!j.is_object()) return Status::invalid_argument("rank record is not a JSON object");
   RankRecord r;
   try {
     r.rank = j.at("rank").get<int>();

@@ -47,10 +47,13 @@ NodeAgent::NodeAgent(const AgentOptions& options, obs::MetricsRegistry* registry
 
 Result<std::unique_ptr<NodeAgent>> NodeAgent::start(const AgentOptions& options,
                                                     obs::MetricsRegistry* registry, Logger log) {
+  std::string bad_labels;  // every bad name at once, not only the first
   for (const auto& [key, value] : options.labels) {
-    if (!prometheus::CheckLabelName(key)) {
-      return Status::invalid_argument("agent label '" + key + "' is not a valid label name");
-    }
+    if (!prometheus::CheckLabelName(key))
+      bad_labels += (bad_labels.empty() ? "'" : ", '") + key + "'";
+  }
+  if (!bad_labels.empty()) {
+    return Status::invalid_argument("agent labels " + bad_labels + ": not valid label names");
   }
   registry->add_collectable(std::make_shared<NodeCollector>());
   std::unique_ptr<NodeAgent> agent(new NodeAgent(options, registry, std::move(log)));

@@ -50,6 +50,20 @@ TEST(AgentConfigTest, BadConfigsNameLineAndKey) {
   std::remove(path.c_str());
 }
 
+TEST(AgentConfigTest, EveryBadLabelIsReportedAtOnce) {
+  // Issue 10: only the first bad label was reported, so fixing a file took one run per label.
+  AgentOptions options;
+  const std::string path = write_config("labels:\n  rack-id: r1\n  zone: z\n  __gpu: a\n");
+  const Status s = load_agent_config(path, &options);
+  EXPECT_NE(s.message().find(path + ":2:3: key 'labels.rack-id': not a valid Prometheus label"),
+            std::string::npos)
+      << s.message();
+  EXPECT_NE(s.message().find(path + ":4:3: key 'labels.__gpu': not a valid Prometheus label"),
+            std::string::npos)
+      << s.message();
+  std::remove(path.c_str());
+}
+
 TEST(NodeAgentTest, ServesMetricsFactsAndHealth) {
   obs::MetricsRegistry registry;
   AgentOptions options;

@@ -14,3 +14,18 @@ list(APPEND KILN_TRAIN_TESTS
 kiln_tests(NAME loader_alloc
   SOURCES ${CMAKE_CURRENT_SOURCE_DIR}/loader_alloc_test.cc
   DEPS kiln_train)
+
+# Token shards and the trainer's YAML config come from users: fuzz their readers.
+if(KILN_BUILD_TESTS)
+  include(KilnFuzz)
+  kiln_fuzz_target(NAME token_shard
+    SOURCES shard_fuzz.cc shard.cc ../base/checksum.cc ../base/file_system.cc ../base/clock.cc
+    SEED_SOURCES shard_fuzz_seeds.cc shard.cc ../base/checksum.cc ../base/file_system.cc ../base/clock.cc
+    LIBS -lxxhash
+    MAX_TOTAL_TIME 15)
+  kiln_fuzz_target(NAME train_config
+    SOURCES train_config_fuzz.cc train_config.cc ../base/config.cc
+    SEED_SOURCES train_config_fuzz_seeds.cc
+    LIBS -lyaml-cpp
+    MAX_TOTAL_TIME 15)
+endif()

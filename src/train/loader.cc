@@ -12,6 +12,25 @@
 #include <kiln/train/shard.h>
 
 namespace kiln::train {
+namespace {
+
+// Every token of the shard at `path` is below config.vocab_size (when set): found here, at load,
+// an id the embedding has no row for names its shard and position, instead of failing the step
+// whose window happens to draw it.
+Status check_vocab(const std::string& path, std::span<const uint16_t> tokens,
+                   const LoaderConfig& config) {
+  if (config.vocab_size == 0) return Status();
+  for (size_t i = 0; i < tokens.size(); ++i) {
+    if (tokens[i] >= config.vocab_size) {
+      return Status::corruption(path + ": token " + std::to_string(tokens[i]) + " at position " +
+                                std::to_string(i) + " is outside the vocabulary (vocab_size " +
+                                std::to_string(config.vocab_size) + ")");
+    }
+  }
+  return Status();
+}
+
+}  // namespace
 
 Result<DataLoader> DataLoader::open(const LoaderConfig& config) {
   const std::string& dir = config.dir;
@@ -28,7 +47,9 @@ Result<DataLoader> DataLoader::open(const LoaderConfig& config) {
   loader.config_ = config;
   KILN_ASSIGN_OR_RETURN(loader.shard_paths_, list_shards(dir));
   for (const std::string& path : loader.shard_paths_) {
+    const size_t first = loader.tokens_.size();
     KILN_RETURN_IF_ERROR(read_shard(path, &loader.tokens_));
+    KILN_RETURN_IF_ERROR(check_vocab(path, std::span(loader.tokens_).subspan(first), config));
   }
   const uint64_t n = loader.tokens_.size();
   const uint64_t seq = static_cast<uint64_t>(config.seq);

@@ -353,3 +353,23 @@ TEST(LoaderDataTest, SotuShardsVerify) {
 
 }  // namespace
 }  // namespace kiln::train
+
+namespace kiln::train {
+namespace {
+
+// Issue 10: an id beyond the vocabulary was found only when its window was drawn, naming
+// neither shard nor position.
+TEST_F(LoaderShardErrorTest, ATokenBeyondTheVocabularyNamesItsShardAndPosition) {
+  LoaderConfig c = config(4);
+  c.vocab_size = 950;  // the stream holds token i at i: shard 3 (900..1000) holds 950 at 50
+  Result<DataLoader> loader = DataLoader::open(c);
+  ASSERT_FALSE(loader.ok());
+  EXPECT_TRUE(loader.status().is_corruption());
+  EXPECT_EQ(loader.status().message(),
+            shard(3) + ": token 950 at position 50 is outside the vocabulary (vocab_size 950)");
+  c.vocab_size = 1001;  // every token fits
+  EXPECT_TRUE(DataLoader::open(c).ok());
+}
+
+}  // namespace
+}  // namespace kiln::train

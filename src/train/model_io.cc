@@ -5,7 +5,8 @@
 // __metadata__ {format: "kiln-gpt2", n_layer, n_head, n_embd, block_size, vocab_size}. Loading is
 // strict: the tensor set must be exactly the model's, each F32 with the model's shape, and the
 // metadata's config fields (those present) must equal the model's; everything is checked before
-// a single parameter is written.
+// a single parameter is written. check_weights_file() runs the same checks without a model, so a
+// caller can refuse a file before allocating a model of the size its metadata claims.
 #include <cstring>
 #include <map>
 #include <string>
@@ -53,28 +54,18 @@ Status check_entry(const std::string& path, const ParamInfo& p, const ckpt::Tens
   return Status();
 }
 
-}  // namespace
-
-Status save_weights(const Gpt2& model, const std::string& path) {
-  const std::span<const float> data = model.param_data();
-  std::vector<ckpt::TensorRef> tensors;
-  tensors.reserve(model.params().size());
-  for (const ParamInfo& p : model.params())
-    tensors.push_back({p.name, ckpt::DType::kF32, p.shape, data.data() + p.offset});
-  return ckpt::write_safetensors(path, tensors, config_metadata(model.config()))
-      .with_context("save_weights");
-}
-
-Status load_weights(Gpt2* model, const std::string& path) {
-  KILN_ASSIGN_OR_RETURN(ckpt::SafetensorsFile file, ckpt::SafetensorsFile::open(path));
-  const ModelConfig& config = model->config();
+// Checks `file` against `config` (metadata, then every tensor's presence, dtype and shape, then
+// that no other tensor is there) and returns the entries in `params` order.
+Result<std::vector<ckpt::TensorEntry>> check_file(const std::string& path,
+                                                  const ckpt::SafetensorsFile& file,
+                                                  const ModelConfig& config,
+                                                  const std::vector<ParamInfo>& params) {
   for (const auto& [key, want] : config_metadata(config)) {
     const auto it = file.metadata().find(key);
     if (it == file.metadata().end() || it->second == want) continue;
     return Status::invalid_argument(path + ": metadata " + key + " is \"" + it->second +
                                     "\", the model has \"" + want + "\"");
   }
-  const std::vector<ParamInfo>& params = model->params();
   std::unordered_set<std::string> names;
   std::vector<ckpt::TensorEntry> entries;
   entries.reserve(params.size());
@@ -91,6 +82,34 @@ Status load_weights(Gpt2* model, const std::string& path) {
                                       std::to_string(config.n_layer) + ")");
     }
   }
+  return entries;
+}
+
+}  // namespace
+
+Status save_weights(const Gpt2& model, const std::string& path) {
+  const std::span<const float> data = model.param_data();
+  std::vector<ckpt::TensorRef> tensors;
+  tensors.reserve(model.params().size());
+  for (const ParamInfo& p : model.params())
+    tensors.push_back({p.name, ckpt::DType::kF32, p.shape, data.data() + p.offset});
+  return ckpt::write_safetensors(path, tensors, config_metadata(model.config()))
+      .with_context("save_weights");
+}
+
+Status check_weights_file(const std::string& path, const ModelConfig& config) {
+  KILN_RETURN_IF_ERROR(config.validate().with_context(path));
+  size_t arena_floats = 0;
+  const std::vector<ParamInfo> params = gpt2_param_layout(config, &arena_floats);
+  KILN_ASSIGN_OR_RETURN(const ckpt::SafetensorsFile file, ckpt::SafetensorsFile::open(path));
+  return check_file(path, file, config, params).status();
+}
+
+Status load_weights(Gpt2* model, const std::string& path) {
+  KILN_ASSIGN_OR_RETURN(ckpt::SafetensorsFile file, ckpt::SafetensorsFile::open(path));
+  const std::vector<ParamInfo>& params = model->params();
+  KILN_ASSIGN_OR_RETURN(const std::vector<ckpt::TensorEntry> entries,
+                        check_file(path, file, model->config(), params));
   // Everything checked: copy. Zeroing the whole arena first also zeroes wte's pad rows.
   const std::span<float> arena = model->param_data();
   std::memset(arena.data(), 0, arena.size_bytes());

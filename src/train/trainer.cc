@@ -101,6 +101,7 @@ Result<TrainSummary> train(const TrainConfig& config, const TrainerOptions& opti
   train_data.shuffle = true;
   train_data.rank = rank;
   train_data.world = world;
+  train_data.vocab_size = static_cast<uint32_t>(config.model.vocab_size);
   Result<DataLoader> train_loader = DataLoader::open(train_data);
   if (!train_loader.ok()) return train_loader.status().with_context("data.train");
   std::optional<DataLoader> val_loader;

@@ -25,6 +25,7 @@
 #ifndef KILN_BASE_CONFIG_H_
 #define KILN_BASE_CONFIG_H_
 
+#include <cstddef>
 #include <cstdint>
 #include <functional>
 #include <initializer_list>
@@ -40,6 +41,11 @@
 #include <kiln/base/status.h>
 
 namespace kiln {
+
+// The largest config file or text accepted. Real configs are a few KiB; yaml-cpp spends a few
+// hundred bytes a node, so 1 MiB (at most ~500,000 nodes) keeps a hostile file to a few hundred
+// MB, where an unbounded one (`kiln train /dev/zero`) read until bad_alloc.
+inline constexpr size_t kConfigBytesMax = size_t{1} << 20;
 
 enum class Presence { kOptional, kRequired };
 inline constexpr Presence kOptional = Presence::kOptional;
@@ -63,10 +69,11 @@ constexpr int64_t highest_as_int64() {
 // A parsed YAML document and the errors found while reading it. Cheap to copy (shared state).
 class ConfigDocument {
  public:
-  // Reads and parses `path`. kNotFound / kIoError name the path; a YAML syntax error is
-  // kInvalidArgument naming path, line and column.
+  // Reads and parses `path`. kNotFound / kIoError name the path; kInvalidArgument names it when
+  // it is not a regular file (a directory, a FIFO, a device) or is over kConfigBytesMax, and
+  // names path, line and column for a YAML syntax error or nesting too deep for yaml-cpp.
   static Result<ConfigDocument> load_file(const std::string& path);
-  // Parses `text`; `source_name` stands for the file name in error messages.
+  // Parses `text` (at most kConfigBytesMax); `source_name` stands for the file name in errors.
   static Result<ConfigDocument> parse(std::string_view text, std::string source_name);
 
   // The top-level mapping. An empty document reads as an empty mapping.
@@ -117,7 +124,8 @@ class ConfigReader {
   using KeyCheck = std::function<std::string(const std::string& key)>;
 
   // A mapping of scalar keys to scalar values (labels, environment variables). A non-null
-  // `check_key` vets every key; its complaint is reported at that key's line.
+  // `check_key` vets every key; its complaint is reported at that key's line. Every bad entry is
+  // reported; `out` is set only when there is none.
   ConfigReader& read_string_map(std::string_view key, std::map<std::string, std::string>* out,
                                 Presence presence = kOptional, const KeyCheck& check_key = nullptr);
 

@@ -81,7 +81,8 @@ class FileSystem {
   virtual ~FileSystem() = default;
   // Creates `path` (mode 0644) or truncates it, for writing.
   virtual Result<std::unique_ptr<WritableFile>> open_for_write(const std::string& path) = 0;
-  // Opens `path` for sequential reading; kNotFound when it does not exist.
+  // Opens `path` for sequential reading; kNotFound when it does not exist, kCorruption (without
+  // blocking) when it is not a regular file.
   virtual Result<std::unique_ptr<ReadableFile>> open_for_read(const std::string& path) = 0;
   // Atomically replaces `to` with `from` (rename(2)). The error names `from`.
   virtual Status rename(const std::string& from, const std::string& to) = 0;

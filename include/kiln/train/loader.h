@@ -40,6 +40,7 @@ struct LoaderConfig {
   int rank = 0, world = 1;  // this rank's slice of the global batch
   uint64_t seed = 0;        // of the per-epoch shuffles
   bool shuffle = true;      // false: windows in order (validation)
+  uint32_t vocab_size = 0;  // every token must be below it (checked in open()); 0: unchecked
 };
 
 // Where the next global batch starts; global, so world-size independent.
@@ -53,7 +54,9 @@ class DataLoader {
  public:
   // Lists, reads and verifies every shard of config.dir (checksums included) and prepares epoch
   // 0. InvalidArgument for a bad batch/seq/rank/world or when the stream holds fewer windows
-  // than one global batch; the shard errors of list_shards()/read_shard() otherwise.
+  // than one global batch; kCorruption naming the shard and the position of the first token at
+  // or above config.vocab_size (when set); the shard errors of list_shards()/read_shard()
+  // otherwise.
   static Result<DataLoader> open(const LoaderConfig& config);
 
   // Fills this rank's slice of the next global batch: inputs and targets are (B, T) row-major.

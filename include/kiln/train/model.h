@@ -172,6 +172,11 @@ Status save_weights(const Gpt2& model, const std::string& path);
 // name the file and the tensor; the parameters are untouched on error. wte's pad rows become 0.
 Status load_weights(Gpt2* model, const std::string& path);
 
+// The checks of load_weights() against `config`, without a model: a file whose metadata claims a
+// large model but whose tensors are missing or the wrong size is refused before anything of that
+// size is allocated (memory: the file itself). Same errors as load_weights().
+Status check_weights_file(const std::string& path, const ModelConfig& config);
+
 }  // namespace kiln::train
 
 #endif  // KILN_TRAIN_MODEL_H_
