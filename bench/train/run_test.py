@@ -79,10 +79,10 @@ class ModelTest(unittest.TestCase):
         self.assertEqual(tiny.flops_per_token(256), 6 * 30044544 + 6 * 6 * 384 * 256)
         self.assertEqual(tiny.padded_vocab, 50304)
 
-    def test_fused_and_written_out_attention_agree(self):
+    def test_sdpa_and_written_out_attention_agree(self):
         a = gpt2_torch.Gpt2(SMALL, attention="manual").double()
         a.init_weights(3)
-        b = gpt2_torch.Gpt2(SMALL, attention="fused").double()
+        b = gpt2_torch.Gpt2(SMALL, attention="sdpa").double()
         b.load_state_dict(a.state_dict())
         x = torch.randint(0, SMALL.vocab_size, (2, 11))
         self.assertLess(float((a(x)[0] - b(x)[0]).abs().max()), 1e-12)
