@@ -70,8 +70,10 @@ def make_case(op, shape, pass_, causal):
         q, k, v = randn(*size), randn(*size), randn(*size)  # (B, H, T, D) each
         dy = randn(*size, grad=False)
         leaves = [q, k, v]
-        # PyTorch 1.13's private fused entry point (public as scaled_dot_product_attention in
-        # 2.0); it returns (output, weights) and, with is_causal, builds the mask itself.
+        # PyTorch 1.13's private entry point (public as scaled_dot_product_attention in 2.0).
+        # On CPU 1.13 has no fused kernel behind it: it is the unfused math path (q k^T, mask,
+        # softmax, times v, every intermediate materialised). It returns (output, weights) and,
+        # with is_causal, builds the mask itself.
         fwd = lambda: F._scaled_dot_product_attention(q, k, v, is_causal=causal)[0]  # noqa: E731
     elif op == "layernorm":
         x = randn(shape["N"], shape["C"])  # (N, C)
@@ -180,8 +182,9 @@ def main(argv):
     else:
         figure = (f"{result['gflops']:.1f} GFLOP/s" if flops else f"{result['gbps']:.2f} GB/s")
         print(f"torch {args.op} {args.shape} {pass_}: {ms:.3f} ms, {figure} "
-              f"({args.threads} threads, median of {args.iters}; blas {blas} [{threading}], "
-              f"tcmalloc {'yes' if tcmalloc else 'no'})", flush=True)
+              f"({args.threads} threads, median of {args.iters}; blas {facts['blas']} "
+              f"[{facts['blas_threading']}], tcmalloc {'yes' if facts['tcmalloc'] else 'no'})",
+              flush=True)
     return 0
 
 

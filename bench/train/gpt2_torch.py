@@ -44,7 +44,8 @@ SAFETENSORS_DTYPES = {"F32": torch.float32, "F64": torch.float64, "BF16": torch.
                       "I32": torch.int32, "I64": torch.int64, "U8": torch.uint8}
 KILN_FORMAT = "kiln-gpt2"  # the export's __metadata__ "format"
 
-# PyTorch 1.13 has the fused causal attention only under its private name; 2.0 made it public.
+# PyTorch's scaled_dot_product_attention: 1.13 has it only under its private name (2.0 made it
+# public), and on CPU 1.13 runs it as the unfused math path (q k^T, mask, softmax, times v).
 _SDPA = getattr(F, "scaled_dot_product_attention", None)
 _SDPA_PRIVATE = getattr(F, "_scaled_dot_product_attention", None)
 
@@ -103,15 +104,16 @@ def causal_attention_manual(q, k, v):
     return torch.softmax(scores, dim=-1) @ v
 
 
-def causal_attention_fused(q, k, v):
-    """PyTorch's own fused causal attention (what an expert calls), same result."""
+def causal_attention_sdpa(q, k, v):
+    """PyTorch's own causal attention entry point (what an expert calls), same result; in 1.13 on
+    CPU the unfused math attention."""
     if _SDPA is not None:
         return _SDPA(q, k, v, is_causal=True)
     return _SDPA_PRIVATE(q, k, v, is_causal=True)[0]
 
 
-ATTENTION = {"manual": causal_attention_manual, "fused": causal_attention_fused}
-DEFAULT_ATTENTION = "fused" if (_SDPA or _SDPA_PRIVATE) else "manual"
+ATTENTION = {"manual": causal_attention_manual, "sdpa": causal_attention_sdpa}
+DEFAULT_ATTENTION = "sdpa" if (_SDPA or _SDPA_PRIVATE) else "manual"
 
 
 class CausalSelfAttention(nn.Module):

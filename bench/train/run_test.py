@@ -79,10 +79,10 @@ class ModelTest(unittest.TestCase):
         self.assertEqual(tiny.flops_per_token(256), 6 * 30044544 + 6 * 6 * 384 * 256)
         self.assertEqual(tiny.padded_vocab, 50304)
 
-    def test_fused_and_written_out_attention_agree(self):
+    def test_sdpa_and_written_out_attention_agree(self):
         a = gpt2_torch.Gpt2(SMALL, attention="manual").double()
         a.init_weights(3)
-        b = gpt2_torch.Gpt2(SMALL, attention="fused").double()
+        b = gpt2_torch.Gpt2(SMALL, attention="sdpa").double()
         b.load_state_dict(a.state_dict())
         x = torch.randint(0, SMALL.vocab_size, (2, 11))
         self.assertLess(float((a(x)[0] - b(x)[0]).abs().max()), 1e-12)
@@ -241,6 +241,11 @@ class TorchDdpTest(unittest.TestCase):
         self.assertEqual((done["world"], done["backend"]), (2, "gloo"))
         self.assertEqual(done["allreduce_bytes"], 4 * SMALL.num_params)
         self.assertGreater(done["allreduce_ms"], 0)
+        # The exposed all-reduce is synchronised steps minus no_sync steps, both measured.
+        self.assertGreater(done["step_ms_synced"], 0)
+        self.assertGreater(done["step_ms_no_sync"], 0)
+        self.assertAlmostEqual(done["exposed_allreduce_ms"],
+                               done["step_ms_synced"] - done["step_ms_no_sync"])
         self.assertEqual(done["torch_threads"], 1)
         # Rank 0 takes the first half of the global batch of 4, so its step-1 loss is
         # torch_train.py's on batch 2; DDP averages the ranks' gradients, so the step-1
@@ -287,8 +292,9 @@ FAKE_TRAIN = """\
                           "world": world, "comm_exposed_ms": 10.0 * step,
                           "ckpt_stall_ms": 50.0 if every and (step % every == 0 or
                                                               step == steps) else 0}))
+    rss = int(os.environ.get("FAKE_PEAK_RSS_ZERO" + flags.get("--zero", "0"), "1"))
     print(json.dumps({"event": "done", "steps": steps, "train_loss": 5.0, "val_loss": None,
-                      "tokens_per_s": 1.0, "peak_rss_bytes": 1}))
+                      "tokens_per_s": 1.0, "peak_rss_bytes": rss}))
     """
 
 
@@ -390,22 +396,28 @@ class DriverTest(unittest.TestCase):
         self.assertEqual(d.ddp_argv("torch_ddp", "/k", os.path.join(ROOT, "c.yaml"), 3, None)
                          [1:4], ["bench/train/torch_ddp.py", "c.yaml", "--nproc"])
 
-        def sample(rates, step_ms, exposed, stalls, allreduce=None):
-            lines = [{"step": i + 1, "tokens_per_s": r, "step_ms": m, "comm_exposed_ms": e,
-                      "ckpt_stall_ms": c}
-                     for i, (r, m, e, c) in enumerate(zip(rates, step_ms, exposed, stalls))]
-            s = {"error": None, "steps": lines, "done": {"allreduce_ms": allreduce}}
+        def sample(rates, step_ms, exposed, stalls, allreduce=None, done_exposed=None):
+            lines = [{"step": i + 1, "tokens_per_s": r, "step_ms": m, "ckpt_stall_ms": c}
+                     for i, (r, m, c) in enumerate(zip(rates, step_ms, stalls))]
+            for line, e in zip(lines, exposed or []):
+                line["comm_exposed_ms"] = e
+            s = {"error": None, "steps": lines,
+                 "done": {"allreduce_ms": allreduce, "exposed_allreduce_ms": done_exposed}}
             d.ddp_figures(s, len(lines))
             return s
 
         # Step 1 (rate 1, 100 ms exposed) is warm-up: the median of 1000, 900, 1100.
         k = sample([1, 1000, 900, 1100], [9, 2000, 2000, 2000], [100, 10, 20, 30], [0] * 4)
         self.assertEqual((k["tokens_per_s"], k["comm_exposed_ms"]), (1000, 20))
-        t = sample([1, 900, 950, 1000], [9, 1, 1, 1], [0] * 4, [0] * 4, allreduce=80.0)
+        # torch_ddp.py's step lines have no comm_exposed_ms: its done line's exposed figure.
+        t = sample([1, 900, 950, 1000], [9, 1, 1, 1], None, [0] * 4, allreduce=80.0,
+                   done_exposed=12.5)
+        self.assertEqual(t["comm_exposed_ms"], 12.5)
         c = sample([1, 800, 800, 800], [9, 2000, 2000, 2000], [0] * 4, [0, 60, 0, 100])
         self.assertEqual(c["ckpt_stall_ms"], [60, 100])  # steps 2 and 4 checkpoint
         summary = d.ddp_summary({"kiln": [k], "torch_ddp": [t], "kiln_ckpt": [c]})
         self.assertEqual(summary["torch_ddp"]["allreduce_ms"], 80.0)
+        self.assertEqual(summary["torch_ddp"]["comm_exposed_ms"], 12.5)
         self.assertAlmostEqual(summary["kiln_ckpt"]["ckpt_fraction"], 80 / 2000)
         lines = d.ddp_goal_lines(summary, True)
         self.assertIn("Kiln >= 1.05x torch DDP: met (1.05x)", lines[0])
@@ -432,8 +444,40 @@ class DriverTest(unittest.TestCase):
                       kiln["runs"][0]["argv"])
         self.assertIn("--ckpt-every 2", ckpt["runs"][0]["argv"])
 
+    def test_zero_figures(self):
+        d = self.driver
+        expected = 2 * 124439808 * 4 * 0.5
+        self.assertEqual(d.zero_expected_bytes(124439808, 2), expected)
+
+        def run(rss, maxrss_kib=None, error=None):
+            return {"error": error, "done": {"peak_rss_bytes": rss}, "maxrss_kib": maxrss_kib}
+        f = d.zero_figures({"plain DP": run(3000, 4), "ZeRO-1": run(1000, 2)}, 250)
+        self.assertEqual(f["rank0"], (3000, 1000, 2000))
+        self.assertEqual(f["largest"], (4096, 2048, 2048))
+        self.assertEqual((f["expected"], f["agree"]), (1000, False))
+        f = d.zero_figures({"plain DP": run(3000), "ZeRO-1": run(2000, error="boom")}, 250)
+        self.assertEqual(f["rank0"], (3000, None, None))
+        self.assertEqual(f["largest"], (None, None, None))
+        self.assertIsNone(f["agree"])
+
+    @unittest.skipUnless(os.path.isdir(SHARDS), "run scripts/fetch-data")
+    def test_zero_rss_run_reaches_the_table(self):
+        moments = 2 * 124439808 * 4 // 2  # what a ZeRO-1 rank of 2 no longer holds
+        plain = 3 << 30
+        r, report = self.drive({"FAKE_PEAK_RSS_ZERO0": str(plain),
+                                "FAKE_PEAK_RSS_ZERO1": str(plain - moments)},
+                               "--zero-rss", "--steps", "2")
+        self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
+        self.assertEqual(report["figures"]["rank0"], [plain, plain - moments, moments])
+        self.assertIn("| plain DP - ZeRO-1 | 497.8 MB |", r.stdout)
+        self.assertIn("within 5%: as expected (1.000 of the moments)", r.stdout)
+        for zero in ("0", "1"):
+            self.assertIn("--nproc 2 --threads 1 --batch 1 --seq 64 --max-steps 2 "
+                          f"--peak-gflops 100 --json --zero {zero}`", r.stdout)
+
     def test_missing_kiln_and_bad_flags(self):
-        for flags in (["--ckpt"], ["--ddp", "--learning"], ["--models", "nope"],
+        for flags in (["--ckpt"], ["--ddp", "--learning"], ["--zero-rss", "--ddp"],
+                      ["--models", "nope"],
                       ["--repeats", "0"], ["--steps", "1"],
                       ["--threads", "3"], ["--timeout-s", "0"], ["--sides", "kiln,gpu"]):
             r = subprocess.run([RUN] + flags, capture_output=True, text=True,

@@ -11,9 +11,9 @@ torch_train.py, data-parallel over N processes on this host with the gloo backen
   tcmalloc, OpenMP OpenBLAS and OMP_NUM_THREADS reach every rank), waits for them with a
   deadline and kills the others when one fails. Only rank 0 prints to stdout.
 - A rank: torch.set_num_threads(--threads); gloo's process group (every collective bounded by
-  COLLECTIVE_TIMEOUT_S); torch_train.py's model (bench/train/gpt2_torch.py, fused attention,
-  the config's seed, so every rank starts from the same weights; DDP broadcasts rank 0's
-  anyway) in torch.nn.parallel.DistributedDataParallel with its defaults (25 MB buckets, the
+  COLLECTIVE_TIMEOUT_S); torch_train.py's model (bench/train/gpt2_torch.py, torch's
+  scaled_dot_product_attention, on CPU in 1.13 the unfused math attention, the config's seed,
+  so every rank starts from the same weights; DDP broadcasts rank 0's anyway) in torch.nn.parallel.DistributedDataParallel with its defaults (25 MB buckets, the
   all-reduce overlapped with the backward); kiln_data.Loader(rank=r, world=N): rank r takes
   windows [p + r*B, p + r*B + B) of each global batch, as Kiln's loader. A step, timed on
   every rank with perf_counter: zero_grad(set_to_none), next batch, forward, backward (DDP
@@ -23,6 +23,12 @@ torch_train.py, data-parallel over N processes on this host with the gloo backen
   the median of ALLREDUCE_REPS after one warm-up, with nothing else running. It is what a step
   would pay if none of DDP's all-reduce were hidden behind the backward, an upper bound on the
   exposed part.
+- The exposed all-reduce, measured the way Kiln's comm_exposed_ms means it (the time the
+  all-reduce adds to a step): after training, EXPOSED_PAIRS pairs of steps, each pair one step
+  as trained (DDP all-reduces during the backward) and one under ddp.no_sync() (no
+  communication), every step after a barrier; exposed_allreduce_ms is the mean of the first
+  minus the mean of the second. It is a difference of two step times on a shared machine, so
+  it carries their noise (it can come out slightly negative when nothing is exposed).
 - No validation: configs with val_batches > 0 are refused (the driver gives val_batches: 0;
   validation is not part of a step's time on either side).
 
@@ -30,7 +36,7 @@ Output (--json), rank 0: one line per step {"step","loss" (rank 0's micro-batch)
 "grad_norm","tokens_per_s" (all ranks' tokens over rank 0's step time),"step_ms","mfu"
 (against N x --peak-gflops, as Kiln's),"world"}, then {"event":"done","steps","train_loss",
 "tokens_per_s" (steps after the first),"peak_rss_bytes" (rank 0's),"allreduce_ms",
-"allreduce_bytes","world","backend"} plus torch_train.py's "torch","torch_threads",
+"allreduce_bytes","exposed_allreduce_ms","step_ms_synced","step_ms_no_sync","world","backend"} plus torch_train.py's "torch","torch_threads",
 "flops_per_token","num_params","attention" and the blas facts the driver checks.
 Exit status: 0 on success, 2 on bad flags or config, 1 when a rank failed or hung.
 """
@@ -62,6 +68,9 @@ DEFAULT_RUN_TIMEOUT_S = 3600
 POLL_S = 0.2  # how often the launcher looks at its ranks
 KILL_GRACE_S = 2  # between SIGTERM and SIGKILL of the surviving ranks after a failure
 ALLREDUCE_REPS = 3  # timed all-reduces after one warm-up: ~0.1-1 s each on this machine
+# Pairs of (synchronised, no_sync) steps for the exposed all-reduce: a tiny step takes about 4 s
+# on one thread, so two pairs add about 16 s to a run; more would lengthen every --ddp repeat.
+EXPOSED_PAIRS = 2
 RENDEZVOUS = "127.0.0.1"
 
 
@@ -170,6 +179,25 @@ def allreduce_ms(torch, dist, numel):
     return statistics.median(times)
 
 
+def exposed_allreduce_ms(torch, dist, ddp, step_fn):
+    """The time DDP's all-reduce adds to a step (see the docstring): step_fn(sync) runs one
+    training step, with DDP's gradient all-reduce when sync, under no_sync otherwise. Returns
+    (exposed, mean synchronised step, mean no_sync step), all ms."""
+    times = {True: [], False: []}
+    for _ in range(EXPOSED_PAIRS):
+        for sync in (True, False):
+            dist.barrier()
+            t0 = time.perf_counter()
+            if sync:
+                step_fn()
+            else:
+                with ddp.no_sync():
+                    step_fn()
+            times[sync].append((time.perf_counter() - t0) * 1e3)
+    synced, alone = statistics.mean(times[True]), statistics.mean(times[False])
+    return synced - alone, synced, alone
+
+
 def rank_main(args):
     import torch
     import torch.distributed as dist
@@ -226,6 +254,15 @@ def rank_main(args):
             print(f"torch_ddp: rank {args.rank} step {step}: loss is {loss}: the run diverged",
                   file=sys.stderr)
             return 1
+    def extra_step():
+        # A training step past max_steps (its lr is the schedule's last): only its time counts.
+        optimizer.zero_grad(set_to_none=True)
+        inputs, targets = loader.next()
+        _, extra = ddp(torch.from_numpy(inputs), torch.from_numpy(targets))
+        extra.backward()
+        gpt2_torch.clip_and_step(model, optimizer, hyper, h["max_steps"])
+
+    exposed_ms, synced_ms, alone_ms = exposed_allreduce_ms(torch, dist, ddp, extra_step)
     comm_ms = allreduce_ms(torch, dist, cfg.num_params)
     steps = h["max_steps"]
     mean_rate = tokens_per_step * (steps - 1) / later_s if steps > 1 else \
@@ -235,6 +272,8 @@ def rank_main(args):
                 "tokens_per_s": mean_rate,
                 "peak_rss_bytes": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * KIB,
                 "allreduce_ms": comm_ms, "allreduce_bytes": 4 * cfg.num_params,
+                "exposed_allreduce_ms": exposed_ms, "step_ms_synced": synced_ms,
+                "step_ms_no_sync": alone_ms,
                 "world": world, "backend": "gloo", "torch": torch.__version__,
                 "torch_threads": torch.get_num_threads(), "flops_per_token": flops_per_token,
                 "num_params": cfg.num_params, "attention": gpt2_torch.DEFAULT_ATTENTION,

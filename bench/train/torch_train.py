@@ -4,7 +4,7 @@ same flags and the same JSON lines, so bench/train/run can put the two side by s
 
   /usr/bin/python3 bench/train/torch_train.py CONFIG.yaml [--max-steps N] [--batch B]
       [--seq T] [--threads T] [--seed S] [--grad-accum K] [--val-every N] [--init FILE]
-      [--peak-gflops X] [--attention fused|manual] [--json]
+      [--peak-gflops X] [--attention sdpa|manual] [--json]
 
 - Model: bench/train/gpt2_torch.py, float32. --init loads a Kiln safetensors file (e.g. from
   `kiln export CONFIG --seed S`, so both sides start from the same weights); without it the
@@ -16,8 +16,9 @@ same flags and the same JSON lines, so bench/train/run can put the two side by s
 - A step (timed with perf_counter, validation excluded, as Kiln's step_ms): zero_grad; for each
   of grad_accum micro-batches: next batch, forward, backward of loss / grad_accum; global
   gradient norm and clipping; the schedule's lr; AdamW (foreach) with decay on 2-D weights.
-- "As an expert runs it": torch.set_num_threads(--threads), the fused causal attention
-  (F.scaled_dot_product_attention; PyTorch 1.13's private _scaled_dot_product_attention),
+- "As an expert runs it": torch.set_num_threads(--threads), PyTorch's own causal attention
+  (F.scaled_dot_product_attention; PyTorch 1.13's private _scaled_dot_product_attention, which
+  on CPU is PyTorch 1.13 unfused math attention: there is no fused CPU kernel behind it),
   zero_grad(set_to_none=True), foreach AdamW; the environment (tcmalloc, the OpenMP OpenBLAS,
   OMP_NUM_THREADS) is the driver's to set.
 

@@ -1,9 +1,12 @@
 // PyTorch parity: Kiln's optimized ops (the public functions on this CPU's best ISA) against
-// PyTorch 1.13 in float64, on one or two shapes per op: matmul with a bias, attention causal and
-// not with D = 64, LayerNorm, GELU, cross-entropy with a padded vocabulary, three AdamW steps,
-// the embedding. ops-check compares the kernels with our own references; this test checks those
-// references' reading of each op's semantics against an independent implementation, through the
-// kernels.
+// PyTorch 1.13 in float64, on one or two shapes per op: every op of include/kiln/ops/. Matmul
+// with a bias, attention causal and not with D = 64, LayerNorm, RMSNorm (1.13 has no RMSNorm
+// module: the formula in torch ops, differentiated by autograd), GELU, the residual add (its
+// backward accumulating), cross-entropy with a padded vocabulary, three AdamW steps, the global
+// gradient norm and clipping factor (torch.nn.utils.clip_grad_norm_), the embedding, and f32 <->
+// bf16 conversion (Tensor.to(torch.bfloat16): ties, subnormals, overflow, infinities, NaN).
+// ops-check compares the kernels with our own references; this test checks those references'
+// reading of each op's semantics against an independent implementation, through the kernels.
 //
 // The test writes every input as raw little-endian f32/i32 plus manifest.json into a fresh
 // directory, runs `/usr/bin/python3 tests/ops/torch_reference.py <dir>` (which computes the
@@ -15,6 +18,7 @@
 // the test fails with the script's message; it never skips.
 #include <kiln/ops/attention.h>
 #include <kiln/ops/context.h>
+#include <kiln/ops/convert.h>
 #include <kiln/ops/cross_entropy.h>
 #include <kiln/ops/elementwise.h>
 #include <kiln/ops/embedding.h>
@@ -302,6 +306,143 @@ ParityCase embedding_case(Inputs& in) {
   return c;
 }
 
+ParityCase rmsnorm_case(Inputs& in) {
+  constexpr int64_t N = 67, C = 129;
+  ParityCase c = named_case("rmsnorm", "rmsnorm");
+  auto x = in.uniform(N * C, -2, 3), weight = in.uniform(C, 0.5f, 1.5f);
+  auto dy = in.uniform(N * C, -1, 1);
+  std::vector<float> y(N * C), rstd(N), dx(N * C), dweight(C, 0.0f);
+  const Context ctx = best_context();
+  constexpr float kEps = 1e-5f;
+  EXPECT_TRUE(
+      rmsnorm_forward({TensorView::f32(x.data(), {N, C}), TensorView::f32(weight.data(), {C}),
+                       TensorView::f32(y.data(), {N, C}), TensorView::f32(rstd.data(), {N}), kEps},
+                      ctx)
+          .ok());
+  EXPECT_TRUE(
+      rmsnorm_backward({TensorView::f32(dy.data(), {N, C}), TensorView::f32(x.data(), {N, C}),
+                        TensorView::f32(weight.data(), {C}), TensorView::f32(rstd.data(), {N}),
+                        TensorView::f32(dx.data(), {N, C}), TensorView::f32(dweight.data(), {C})},
+                       ctx)
+          .ok());
+  c.params = {{"eps", static_cast<double>(kEps)}};
+  c.f32_inputs = {{"x", {{N, C}, x}}, {"weight", {{C}, weight}}, {"dy", {{N, C}, dy}}};
+  c.outputs = {{"y", y}, {"rstd", rstd}, {"dx", dx}, {"dweight", dweight}};
+  c.tolerance_of = {{"y", "rmsnorm_forward"},
+                    {"rstd", "rmsnorm_forward"},
+                    {"dx", "rmsnorm_backward"},
+                    {"dweight", "rmsnorm_backward"}};
+  return c;
+}
+
+// y = a + b; the backward accumulates dy into da and db, which hold earlier gradients.
+ParityCase residual_case(Inputs& in) {
+  constexpr int64_t n = 1037;
+  ParityCase c = named_case("residual", "residual");
+  auto a = in.uniform(n, -1, 1), b = in.uniform(n, -1, 1), dy = in.uniform(n, -1, 1);
+  auto da0 = in.uniform(n, -1, 1), db0 = in.uniform(n, -1, 1);
+  std::vector<float> y(n), da = da0, db = db0;
+  const Context ctx = best_context();
+  EXPECT_TRUE(residual_forward({TensorView::f32(a.data(), {n}), TensorView::f32(b.data(), {n}),
+                                TensorView::f32(y.data(), {n})},
+                               ctx)
+                  .ok());
+  EXPECT_TRUE(residual_backward({TensorView::f32(dy.data(), {n}), TensorView::f32(da.data(), {n}),
+                                 TensorView::f32(db.data(), {n})},
+                                ctx)
+                  .ok());
+  c.f32_inputs = {{"a", {{n}, a}},
+                  {"b", {{n}, b}},
+                  {"dy", {{n}, dy}},
+                  {"da0", {{n}, da0}},
+                  {"db0", {{n}, db0}}};
+  c.outputs = {{"y", y}, {"da", da}, {"db", db}};
+  c.tolerance_of = {
+      {"y", "residual_forward"}, {"da", "residual_backward"}, {"db", "residual_backward"}};
+  return c;
+}
+
+// The global norm over several gradient buffers, and the clipping factor for a max_norm below it
+// and one above it. The last buffer is one gradient of 1.0: the factor torch's clip_grad_norm_
+// multiplies it by is the factor itself.
+ParityCase grad_norm_case(Inputs& in) {
+  ParityCase c = named_case("grad_norm", "grad_norm");
+  const std::vector<int64_t> sizes = {1037, 67 * 129, 5};
+  std::vector<std::vector<float>> grads;
+  for (int64_t n : sizes)
+    grads.push_back(in.uniform(n, -1, 1));
+  grads.push_back({1.0f});
+  std::vector<TensorView> views;
+  for (size_t i = 0; i < grads.size(); ++i) {
+    views.push_back(TensorView::f32(grads[i].data(), {static_cast<int64_t>(grads[i].size())}));
+    c.f32_inputs["g" + std::to_string(i)] = {{static_cast<int64_t>(grads[i].size())}, grads[i]};
+  }
+  const Context ctx = best_context();
+  Result<double> norm = global_grad_norm(views, ctx);
+  EXPECT_TRUE(norm.ok());
+  // The norm is about 57 (9685 uniform(-1, 1) squares of mean 1/3): 1.0 clips, 1000 does not.
+  constexpr double kClipping = 1.0, kNotClipping = 1000.0;
+  c.params = {{"buffers", grads.size()}, {"max_norms", {kClipping, kNotClipping}}};
+  c.outputs = {{"norm", {static_cast<float>(norm.ok() ? *norm : 0.0)}},
+               {"scale_clipping", {grad_clip_scale(norm.ok() ? *norm : 0.0, kClipping)}},
+               {"scale_not_clipping", {grad_clip_scale(norm.ok() ? *norm : 0.0, kNotClipping)}}};
+  c.tolerance_of = {{"norm", "global_grad_norm"},
+                    {"scale_clipping", "global_grad_norm"},
+                    {"scale_not_clipping", "global_grad_norm"}};
+  return c;
+}
+
+// f32 -> bf16 on the values where rounding has a rule (ties to even both ways, the largest
+// finite values and overflow, subnormals, signed zero, infinities, NaN) and random ones; bf16 ->
+// f32 on every kind of bit pattern. Kiln's bf16 outputs are compared widened to f32 (exact).
+ParityCase bf16_case(Inputs& in) {
+  ParityCase c = named_case("bf16", "bf16");
+  const std::vector<uint32_t> special = {
+      0x00000000u, 0x80000000u,  // +-0
+      0x3F808000u,               // 1 + 2^-8: a tie, stays at 1 (even)
+      0x3F818000u,               // a tie whose lower neighbour is odd: rounds up
+      0x3F808001u, 0x3F807FFFu,  // just above and below a tie
+      0x7F7F7FFFu,               // rounds down to bf16's largest finite value 0x7F7F
+      0x7F7F8000u,               // a tie above 0x7F7F: rounds to even, which is infinity
+      0x7F7FFFFFu, 0xFF7FFFFFu,  // f32's largest magnitudes: overflow to +-infinity
+      0x00000001u, 0x00008000u,  // the smallest subnormal; a subnormal tie (to even: 0)
+      0x00018000u, 0x807FFFFFu,  // a subnormal tie rounding up; the largest negative subnormal
+      0x7F800000u, 0xFF800000u,  // +-infinity
+      0x7FC00000u, 0x7F800001u,  // a quiet NaN; a signalling NaN whose payload is all low bits
+  };
+  std::vector<float> x;
+  for (uint32_t bits : special)
+    x.push_back(std::bit_cast<float>(bits));
+  for (float v : in.uniform(1000, -1e3f, 1e3f))
+    x.push_back(v);
+  const auto n = static_cast<int64_t>(x.size());
+  std::vector<uint16_t> y_bits(x.size());
+  const Context ctx = best_context();
+  EXPECT_TRUE(convert_f32_to_bf16(TensorView::f32(x.data(), {n}),
+                                  TensorView::of(y_bits.data(), DType::kBF16, {n}), ctx)
+                  .ok());
+  std::vector<float> y;
+  for (uint16_t b : y_bits)
+    y.push_back(std::bit_cast<float>(static_cast<uint32_t>(b) << 16));
+
+  // bf16 -> f32: every exponent and both signs, with random mantissas (NaNs and infinities
+  // included), as i32 holding the 16 bits.
+  std::vector<int32_t> bits;
+  for (int32_t b : in.ids(2048, 1 << 16))
+    bits.push_back(b);
+  std::vector<uint16_t> src(bits.begin(), bits.end());
+  const auto m = static_cast<int64_t>(src.size());
+  std::vector<float> widened(src.size());
+  EXPECT_TRUE(convert_bf16_to_f32(TensorView::of(src.data(), DType::kBF16, {m}),
+                                  TensorView::f32(widened.data(), {m}), ctx)
+                  .ok());
+  c.f32_inputs = {{"x", {{n}, x}}};
+  c.i32_inputs = {{"bits", {{m}, bits}}};
+  c.outputs = {{"to_bf16", y}, {"to_f32", widened}};
+  c.tolerance_of = {{"to_bf16", "convert_f32_to_bf16"}, {"to_f32", "convert_bf16_to_f32"}};
+  return c;
+}
+
 template <typename T>
 void write_raw(const std::string& path, const std::vector<T>& values) {
   std::ofstream out(path, std::ios::binary);
@@ -365,6 +506,10 @@ TEST(TorchParityTest, OptimizedOpsMatchPyTorchInFloat64) {
   cases.push_back(cross_entropy_case(in));
   cases.push_back(adamw_case(in));
   cases.push_back(embedding_case(in));
+  cases.push_back(rmsnorm_case(in));
+  cases.push_back(residual_case(in));
+  cases.push_back(grad_norm_case(in));
+  cases.push_back(bf16_case(in));
 
   const std::string dir = kiln::testing::unique_temp_dir("torch");
   write_manifest(dir, cases);
@@ -390,10 +535,16 @@ TEST(TorchParityTest, OptimizedOpsMatchPyTorchInFloat64) {
       for (size_t i = 0; i < want.size(); ++i) {
         // Kiln's outputs are f32: compare with PyTorch's answer rounded to f32, what an exact
         // f32 kernel would return (so the exact ops, with tolerance 0, compare exactly).
+        // Non-finite values must match in kind: the same infinity, or NaN for NaN (bf16).
         const double rounded = static_cast<float>(want[i]);
-        const double err = std::isfinite(got[i]) ? std::fabs(got[i] - rounded) /
-                                                       std::max(std::fabs(rounded), tol.floor)
-                                                 : std::numeric_limits<double>::infinity();
+        double err = 0;
+        if (got[i] == rounded || (std::isnan(got[i]) && std::isnan(rounded))) {
+          err = 0;
+        } else if (!std::isfinite(got[i]) || !std::isfinite(rounded)) {
+          err = std::numeric_limits<double>::infinity();
+        } else {
+          err = std::fabs(got[i] - rounded) / std::max(std::fabs(rounded), tol.floor);
+        }
         if (err > worst) {
           worst = err;
           worst_index = i;

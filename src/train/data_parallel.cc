@@ -98,16 +98,25 @@ Status GradAllreducer::finish(double* exposed_ms) {
   return first;
 }
 
-ShardedAdamW::ShardedAdamW(comm::Communicator* comm, std::vector<DecayRange> ranges, size_t total)
-    : comm_(comm), ranges_(std::move(ranges)), total_(total) {
+size_t ShardedAdamW::moment_floats(size_t total, int world) {
+  KILN_CHECK(world >= 1) << "world " << world;
+  const size_t w = static_cast<size_t>(world);
+  return total / w + total % w;
+}
+
+ShardedAdamW::ShardedAdamW(comm::Communicator* comm, std::vector<DecayRange> ranges, size_t total,
+                           std::span<float> m, std::span<float> v)
+    : comm_(comm), ranges_(std::move(ranges)), total_(total), m_(m), v_(v) {
   const size_t world = static_cast<size_t>(comm_->world_size());
   const size_t rank = static_cast<size_t>(comm_->rank());
   slice_ = total_ / world;
   begin_ = rank * slice_;
   end_ = begin_ + slice_;
   // Moments for the slice, then for the shared tail [world * slice, total).
-  m_.assign(slice_ + (total_ - world * slice_), 0.0f);
-  v_.assign(m_.size(), 0.0f);
+  const size_t want = moment_floats(total_, comm_->world_size());
+  KILN_CHECK(m_.size() == want && v_.size() == want)
+      << "ShardedAdamW rank " << rank << " of " << world << ": moments of " << m_.size() << " and "
+      << v_.size() << " floats, the share is " << want;
 }
 
 Status ShardedAdamW::step(std::span<float> params, std::span<float> grads,
@@ -147,6 +156,10 @@ Status ShardedAdamW::step(std::span<float> params, std::span<float> grads,
   // In place: rank r's slice already sits at params + r * slice.
   return comm_->run(comm::CollectiveArgs::allgather(params.data() + begin_, params.data(), slice_,
                                                     comm::DataType::kF32));
+}
+
+MomentArenas zero1_moment_arenas(const ModelConfig& config, int world) {
+  return MomentArenas::share(ShardedAdamW::moment_floats(Gpt2::arena_floats(config), world));
 }
 
 }  // namespace kiln::train

@@ -15,9 +15,9 @@
 // tail [W*s, n) (fewer than W elements) is all-reduced and updated by every rank alike. After the
 // backward: reduce-scatter (average) the gradients so each rank holds its slice's global gradient,
 // compute the global gradient norm from the slices (one allreduce of a double), update the slice
-// with AdamW (its moments exist only for the slice: 1/W of the memory; the trainer still has the
-// model allocate full moment arenas, unused under ZeRO-1, a gap left for later), then all-gather
-// the parameters.
+// with AdamW, then all-gather the parameters. Its moments exist only for the slice and the tail
+// (moment_floats: about 1/W of the memory): the trainer has the model allocate its moment arenas
+// of exactly that size (MomentArenas::share) and hands them to ShardedAdamW.
 // Elements are updated with exactly the formulas of the replicated path, so both agree to f32
 // rounding.
 #ifndef KILN_TRAIN_DATA_PARALLEL_H_
@@ -33,6 +33,7 @@
 #include <kiln/comm/work.h>
 #include <kiln/ops/context.h>
 #include <kiln/ops/tensor.h>
+#include <kiln/train/model.h>
 
 namespace kiln::train {
 
@@ -90,8 +91,15 @@ struct AdamWSettings {
 // ZeRO-1: the optimizer step with moments sharded across the ranks of `comm`.
 class ShardedAdamW {
  public:
-  // `ranges` lie in the parameter arena of `total` elements.
-  ShardedAdamW(comm::Communicator* comm, std::vector<DecayRange> ranges, size_t total);
+  // The moment floats a rank of `world` holds for an arena of `total` elements: its slice
+  // (total / world) followed by the tail (total % world). REQUIRES world >= 1.
+  static size_t moment_floats(size_t total, int world);
+
+  // `ranges` lie in the parameter arena of `total` elements. `m` and `v` (not owned; they must
+  // outlive this object) hold this rank's moments, slice then tail; REQUIRES both to be
+  // moment_floats(total, world) long.
+  ShardedAdamW(comm::Communicator* comm, std::vector<DecayRange> ranges, size_t total,
+               std::span<float> m, std::span<float> v);
 
   // This rank's slice of the flat arena.
   size_t shard_begin() const { return begin_; }
@@ -111,11 +119,16 @@ class ShardedAdamW {
   size_t total_ = 0;
   size_t begin_ = 0;
   size_t end_ = 0;
-  size_t slice_ = 0;  // total / world: the reduce-scatter block; the tail is all-reduced
-  std::vector<float> m_;
-  std::vector<float> v_;
+  size_t slice_ = 0;    // total / world: the reduce-scatter block; the tail is all-reduced
+  std::span<float> m_;  // (slice + tail)
+  std::span<float> v_;  // (slice + tail)
   std::vector<ops::TensorView> slice_view_ = std::vector<ops::TensorView>(1);  // reused per step
 };
+
+// The moment arenas a ZeRO-1 rank of `world` has Gpt2::create allocate for `config`'s model:
+// its share, ShardedAdamW::moment_floats of the parameter arena (world 1: the whole arena).
+// REQUIRES config.validate() to be OK.
+MomentArenas zero1_moment_arenas(const ModelConfig& config, int world);
 
 }  // namespace kiln::train
 

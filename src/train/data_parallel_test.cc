@@ -9,6 +9,7 @@
 #include <gtest/gtest.h>
 
 #include <kiln/ops/optimizer.h>
+#include <kiln/train/model.h>
 
 #include "comm/testing/comm_test_util.h"
 
@@ -161,10 +162,9 @@ TEST_P(ShardedAdamWTest, MatchesTheReplicatedStep) {
 
   std::vector<std::vector<float>> params(world, init);
   std::vector<Status> st = (*cluster)->run([&](int rank) -> Status {
-    ShardedAdamW opt(&(*cluster)->comm(rank), r, total);
-    if (opt.m().size() >= total && world > 1) {
-      return Status::invalid_argument("moments are not sharded");
-    }
+    const size_t share = ShardedAdamW::moment_floats(total, world);
+    std::vector<float> rank_m(share, 0.0f), rank_v(share, 0.0f);
+    ShardedAdamW opt(&(*cluster)->comm(rank), r, total, rank_m, rank_v);
     std::vector<float> grads(total);
     for (int step = 1; step <= steps; ++step) {
       for (size_t i = 0; i < total; ++i)
@@ -186,6 +186,69 @@ TEST_P(ShardedAdamWTest, MatchesTheReplicatedStep) {
     }
     EXPECT_EQ(params[rank], params[0]) << "ranks must hold identical parameters";
   }
+}
+
+// ZeRO-1 saves memory: a rank's model, created as the trainer creates it under zero: 1, holds
+// moment arenas of its share's size (its slice plus the tail, about 1/W of the parameter arena),
+// and ShardedAdamW steps on exactly those arenas.
+TEST_P(ShardedAdamWTest, ARankModelHoldsMomentArenasOfItsShareOnly) {
+  const int world = GetParam();
+  comm::testing::ClusterSpec spec;
+  spec.world_size = world;
+  auto cluster = comm::testing::ThreadCluster::create(spec);
+  ASSERT_TRUE(cluster.ok()) << cluster.status().to_string();
+  ModelConfig config;
+  config.n_layer = 2;
+  config.n_head = 2;
+  config.n_embd = 32;
+  config.block_size = 16;
+  config.vocab_size = 67;
+  const size_t total = Gpt2::arena_floats(config);
+  // Arenas end on a 16-float boundary here: no tail on 2 ranks, a tail of total % 3 on 3.
+  std::vector<Status> st = (*cluster)->run([&](int rank) -> Status {
+    KILN_ASSIGN_OR_RETURN(Gpt2 model,
+                          Gpt2::create(config, 1, 4, zero1_moment_arenas(config, world)));
+    std::vector<DecayRange> ranges;
+    for (const ParamInfo& p : model.params())
+      ranges.push_back({p.offset, p.numel, p.decay});
+    ShardedAdamW opt(&(*cluster)->comm(rank), ranges, total, model.adam_m(), model.adam_v());
+    const size_t slice = opt.shard_end() - opt.shard_begin();
+    const size_t tail = total - static_cast<size_t>(world) * slice;
+    const std::string who = "rank " + std::to_string(rank) + ": ";
+    if (model.param_data().size() != total || model.adam_m().size() != slice + tail ||
+        model.adam_v().size() != slice + tail || slice != total / static_cast<size_t>(world)) {
+      return Status::invalid_argument(
+          who + "moment arenas of " + std::to_string(model.adam_m().size()) + " and " +
+          std::to_string(model.adam_v().size()) + " floats, the share is " + std::to_string(slice) +
+          " + " + std::to_string(tail) + " of " + std::to_string(total));
+    }
+    model.init_weights(7);
+    std::span<float> grads = model.grad_data();
+    for (size_t i = 0; i < grads.size(); ++i)
+      grads[i] = 1e-3f * static_cast<float>((i % 7) + 1);
+    ops::Context ctx;
+    ctx.isa = CpuIsa::kScalar;
+    double norm = 0;
+    KILN_RETURN_IF_ERROR(
+        opt.step(model.param_data(), model.grad_data(), {}, 1e-3f, 1, 1.0, ctx, &norm));
+    // AdamW's first step sets m = (1 - beta1) g and v = (1 - beta2) g^2: every moment of a
+    // parameter in the share moved (gaps and wte's pad rows lie outside every range).
+    const size_t tail_begin = total - tail;
+    for (const DecayRange& d : ranges) {
+      for (size_t i = d.offset; i < d.offset + d.count; ++i) {
+        const bool mine = (i >= opt.shard_begin() && i < opt.shard_end()) || i >= tail_begin;
+        if (!mine) continue;
+        const size_t at = i >= tail_begin ? slice + (i - tail_begin) : i - opt.shard_begin();
+        if (model.adam_m()[at] == 0.0f || model.adam_v()[at] == 0.0f) {
+          return Status::invalid_argument(who + "the moment of element " + std::to_string(i) +
+                                          " was not updated");
+        }
+      }
+    }
+    return Status();
+  });
+  for (const Status& s : st)
+    ASSERT_TRUE(s.ok()) << s.to_string();
 }
 
 INSTANTIATE_TEST_SUITE_P(Worlds, ShardedAdamWTest, ::testing::Values(2, 3));

@@ -3,7 +3,8 @@
 // The forward is in model_forward.cc, the backward in model_backward.cc, the initialisation in
 // model_init.cc and the safetensors export in model_io.cc. adamw_step and grad_norm work on the
 // whole arenas: alignment gaps and wte's pad rows have zero gradients, so they add nothing to the
-// norm and AdamW leaves them at zero.
+// norm and AdamW leaves them at zero. Under ZeRO-1 the moment arenas are a rank's share and
+// ShardedAdamW, not adamw_step, updates them.
 #include <cstdlib>
 #include <cstring>
 #include <memory>
@@ -32,7 +33,7 @@ Result<FloatArena> make_arena(size_t floats, const char* what) {
 
 }  // namespace
 
-Result<Gpt2> Gpt2::create(const ModelConfig& config, int batch, int seq) {
+Result<Gpt2> Gpt2::create(const ModelConfig& config, int batch, int seq, MomentArenas moments) {
   KILN_RETURN_IF_ERROR(config.validate());
   if (batch < 1 || seq < 1 || seq > config.block_size) {
     return Status::invalid_argument("gpt2: batch " + std::to_string(batch) + " and seq " +
@@ -44,12 +45,18 @@ Result<Gpt2> Gpt2::create(const ModelConfig& config, int batch, int seq) {
   s->batch = batch;
   s->seq = seq;
   s->params = gpt2_param_layout(config, &s->param_floats);
+  if (!moments.is_whole && moments.floats > s->param_floats) {
+    return Status::invalid_argument("gpt2: a moment share of " + std::to_string(moments.floats) +
+                                    " floats is larger than the parameter arena (" +
+                                    std::to_string(s->param_floats) + ")");
+  }
+  s->moment_floats = moments.is_whole ? s->param_floats : moments.floats;
   s->adam_segments = gpt2_adam_segments(s->params, s->param_floats);
   gpt2_act_layout(config, batch, seq, &s->layer_acts, &s->acts, &s->act_floats);
   KILN_ASSIGN_OR_RETURN(s->param_arena, make_arena(s->param_floats, "parameter"));
   KILN_ASSIGN_OR_RETURN(s->grad_arena, make_arena(s->param_floats, "gradient"));
-  KILN_ASSIGN_OR_RETURN(s->m_arena, make_arena(s->param_floats, "AdamW m"));
-  KILN_ASSIGN_OR_RETURN(s->v_arena, make_arena(s->param_floats, "AdamW v"));
+  KILN_ASSIGN_OR_RETURN(s->m_arena, make_arena(s->moment_floats, "AdamW m"));
+  KILN_ASSIGN_OR_RETURN(s->v_arena, make_arena(s->moment_floats, "AdamW v"));
   KILN_ASSIGN_OR_RETURN(s->act_arena, make_arena(s->act_floats, "activation"));
   s->grad_views = {
       ops::TensorView::f32(s->grad_arena.get(), {static_cast<int64_t>(s->param_floats)})};
@@ -57,6 +64,12 @@ Result<Gpt2> Gpt2::create(const ModelConfig& config, int batch, int seq) {
   s->tokens.assign(rows, 0);
   s->targets.assign(rows, 0);
   return Gpt2(std::move(s));
+}
+
+size_t Gpt2::arena_floats(const ModelConfig& config) {
+  size_t floats = 0;
+  gpt2_param_layout(config, &floats);
+  return floats;
 }
 
 Gpt2::Gpt2(std::unique_ptr<State> state) : s_(std::move(state)) {}
@@ -90,10 +103,10 @@ std::span<const float> Gpt2::grad_data() const {
   return {s_->grad_arena.get(), s_->param_floats};
 }
 std::span<float> Gpt2::adam_m() {
-  return {s_->m_arena.get(), s_->param_floats};
+  return {s_->m_arena.get(), s_->moment_floats};
 }
 std::span<float> Gpt2::adam_v() {
-  return {s_->v_arena.get(), s_->param_floats};
+  return {s_->v_arena.get(), s_->moment_floats};
 }
 
 std::span<const float> Gpt2::logits() const {
@@ -123,6 +136,9 @@ Result<double> Gpt2::grad_norm(const ops::Context& ctx) {
 
 Status Gpt2::adamw_step(const AdamWConfig& c, float lr, int64_t step, float grad_scale,
                         const ops::Context& ctx) {
+  KILN_CHECK(s_->moment_floats == s_->param_floats)
+      << "gpt2 adamw_step needs whole moment arenas, this model holds a share of "
+      << s_->moment_floats << " of " << s_->param_floats << " floats (ShardedAdamW's)";
   for (const AdamSegment& seg : s_->adam_segments) {
     const auto n = static_cast<int64_t>(seg.count);
     ops::AdamWParams p;

@@ -1,10 +1,11 @@
 // Gpt2::State: what a Gpt2 owns, and where every tensor lives in its arenas.
 //
-// Four equal arenas (parameters, gradients, AdamW m, AdamW v) share one layout: the ParamInfo
-// list in export order, each tensor at a multiple of kArenaAlignFloats, wte followed by its
-// (Vp - V) pad rows. The activation arena holds the forward's saved tensors per layer and the
-// backward's scratch, each a (rows, width) row-major block sized for create()'s (batch, seq); a
-// smaller forward uses a prefix of each block. Nothing here is resized after create().
+// Four arenas (parameters, gradients, AdamW m, AdamW v) share one layout: the ParamInfo list in
+// export order, each tensor at a multiple of kArenaAlignFloats, wte followed by its (Vp - V) pad
+// rows; the moment arenas are shorter (moment_floats) when they hold a ZeRO-1 rank's share. The
+// activation arena holds the forward's saved tensors per layer and the backward's scratch, each a
+// (rows, width) row-major block sized for create()'s (batch, seq); a smaller forward uses a prefix
+// of each block. Nothing here is resized after create().
 //
 // Shapes use llm.c's short names: B batch, T seq, C n_embd, H n_head, D = C / H, L n_layer,
 // V vocab, Vp padded vocab, N = B * T rows.
@@ -110,7 +111,8 @@ struct Gpt2::State {
   std::vector<ParamInfo> params;
   std::vector<AdamSegment> adam_segments;
   std::vector<ops::TensorView> grad_views;  // the whole gradient arena, for global_grad_norm
-  size_t param_floats = 0;                  // each of the four parameter arenas
+  size_t param_floats = 0;                  // each of the parameter-shaped arenas
+  size_t moment_floats = 0;                 // m and v: param_floats, or a ZeRO-1 share
   size_t act_floats = 0;
   FloatArena param_arena, grad_arena, m_arena, v_arena, act_arena;
   std::vector<LayerActs> layer_acts;  // (L)

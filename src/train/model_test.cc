@@ -117,6 +117,32 @@ TEST(ModelLayoutTest, ExportOrderShapesAlignmentAndDecay) {
   EXPECT_EQ(reinterpret_cast<uintptr_t>(model.grad_data().data()) % 64, 0u);
 }
 
+// A ZeRO-1 rank's model allocates moment arenas of its share only; the whole-arena AdamW step
+// refuses them (they do not cover the parameters).
+TEST(ModelLayoutTest, MomentArenasCanBeAShare) {
+  const ModelConfig c = micro_config();
+  const size_t total = Gpt2::arena_floats(c);
+  Result<Gpt2> whole = Gpt2::create(c, 1, 1);
+  ASSERT_TRUE(whole.ok());
+  EXPECT_EQ(whole->param_data().size(), total);
+  EXPECT_EQ(whole->adam_m().size(), total);
+  Result<Gpt2> share = Gpt2::create(c, 1, 1, MomentArenas::share(total / 2 + 1));
+  ASSERT_TRUE(share.ok()) << share.status().to_string();
+  EXPECT_EQ(share->param_data().size(), total);
+  EXPECT_EQ(share->grad_data().size(), total);
+  EXPECT_EQ(share->adam_m().size(), total / 2 + 1);
+  EXPECT_EQ(share->adam_v().size(), total / 2 + 1);
+  EXPECT_EQ(reinterpret_cast<uintptr_t>(share->adam_m().data()) % 64, 0u);
+  Result<Gpt2> too_big = Gpt2::create(c, 1, 1, MomentArenas::share(total + 1));
+  ASSERT_FALSE(too_big.ok());
+  EXPECT_TRUE(too_big.status().is_invalid_argument());
+  EXPECT_NE(too_big.status().message().find("larger than the parameter arena"), std::string::npos)
+      << too_big.status().message();
+  const ops::Context ctx;
+  EXPECT_DEATH((void)share->adamw_step(AdamWConfig{}, 1e-3f, 1, 1.0f, ctx),
+               "needs whole moment arenas");
+}
+
 TEST(ModelLayoutTest, TinyParamCountIsGpt2Formula) {
   // 12 L C^2 + 13 L C + V C + block_size C + 2 C for L = 6, C = 384, V = 50257, block 256.
   Result<Gpt2> model = Gpt2::create(tiny_config(), 1, 1);

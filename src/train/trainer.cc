@@ -114,7 +114,11 @@ Result<TrainSummary> train(const TrainConfig& config, const TrainerOptions& opti
     val_loader.emplace(std::move(*val));
   }
 
-  KILN_ASSIGN_OR_RETURN(Gpt2 model, Gpt2::create(config.model, h.batch, h.seq));
+  // Under ZeRO-1 the model's moment arenas are this rank's share, which ShardedAdamW updates.
+  KILN_RETURN_IF_ERROR(config.model.validate());
+  const MomentArenas moment_arenas =
+      zero1 ? zero1_moment_arenas(config.model, world) : MomentArenas::whole();
+  KILN_ASSIGN_OR_RETURN(Gpt2 model, Gpt2::create(config.model, h.batch, h.seq, moment_arenas));
   model.init_weights(h.seed);
   log.info("training", {{"config", config.source},
                         {"params", model.num_params()},
@@ -165,7 +169,8 @@ Result<TrainSummary> train(const TrainConfig& config, const TrainerOptions& opti
     std::vector<DecayRange> ranges;
     for (const ParamInfo& p : model.params())
       ranges.push_back({p.offset, p.numel, p.decay});
-    sharded.emplace(comm, std::move(ranges), model.param_data().size());
+    sharded.emplace(comm, std::move(ranges), model.param_data().size(), model.adam_m(),
+                    model.adam_v());
   }
   MomentLayout moments;
   moments.total = model.param_data().size();

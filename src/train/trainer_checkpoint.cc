@@ -9,6 +9,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include <kiln/base/check.h>
 #include <kiln/base/checksum.h>
 #include <kiln/ckpt/catalog.h>
 #include <kiln/ckpt/checkpoint.h>
@@ -36,6 +37,42 @@ Status read_f32(const ckpt::SafetensorsFile& file, std::string_view name, std::s
   }
   std::memcpy(out.data(), t.bytes.data(), t.bytes.size());
   return Status();
+}
+
+// Copies saved moments of arena elements [at, at + saved.size() / 4) (F32 bytes) into `out`,
+// this run's layout: its slice [zero_begin, zero_begin + zero_count), then its tail [tail_begin,
+// total) (whole arenas are the slice [0, total) with an empty tail). Saved elements this run
+// does not hold are skipped, so re-laying out the moments for another world size or ZeRO
+// setting needs no whole-arena copy beside the shard file being read.
+void place_moments(std::span<const std::byte> saved, size_t at, const MomentLayout& layout,
+                   std::span<float> out) {
+  struct Piece {
+    size_t begin, count, out_at;  // an arena range, and where it starts in `out`
+  };
+  const size_t count = saved.size() / sizeof(float);
+  const Piece mine[2] = {{layout.zero_begin, layout.zero_count, 0},
+                         {layout.tail_begin, layout.total - layout.tail_begin, layout.zero_count}};
+  for (const Piece& p : mine) {
+    const size_t lo = std::max(at, p.begin);
+    const size_t hi = std::min(at + count, p.begin + p.count);
+    if (lo >= hi) continue;
+    std::memcpy(out.data() + p.out_at + (lo - p.begin), saved.data() + (lo - at) * sizeof(float),
+                (hi - lo) * sizeof(float));
+  }
+}
+
+// The bytes of tensor `name` of `file`, which must be F32 of exactly `count` elements (`what`
+// names the layout in the error).
+Result<std::span<const std::byte>> f32_bytes(const ckpt::SafetensorsFile& file,
+                                             std::string_view name, size_t count,
+                                             const char* what) {
+  KILN_ASSIGN_OR_RETURN(ckpt::TensorEntry t, file.get(name));
+  if (t.dtype != ckpt::DType::kF32 || t.bytes.size() != count * sizeof(float)) {
+    return Status::invalid_argument(file.path() + ": tensor '" + std::string(name) + "' has " +
+                                    std::to_string(t.bytes.size()) + " bytes, " + what + " needs " +
+                                    std::to_string(count * sizeof(float)) + " (F32)");
+  }
+  return t.bytes;
 }
 
 Result<size_t> metadata_size(const ckpt::SafetensorsFile& file, const std::string& key) {
@@ -97,6 +134,10 @@ Result<std::unique_ptr<TrainerCheckpoints>> TrainerCheckpoints::create(
 Result<ResumePoint> TrainerCheckpoints::resume(const TrainConfig& config, std::span<float> params,
                                                std::span<float> m, std::span<float> v,
                                                const MomentLayout& layout) {
+  KILN_CHECK(m.size() == layout.zero_count + (layout.total - layout.tail_begin) &&
+             v.size() == m.size())
+      << "moments of " << m.size() << " and " << v.size() << " floats for a layout of "
+      << layout.zero_count << " + " << layout.total - layout.tail_begin;
   KILN_ASSIGN_OR_RETURN(ckpt::ResumeChoice choice, ckpt::find_resume_checkpoint(options_.dir));
   for (const ckpt::SkippedCheckpoint& s : choice.skipped) {
     const std::string to = choice.chosen ? "step " + std::to_string(choice.chosen->step)
@@ -140,19 +181,15 @@ Result<ResumePoint> TrainerCheckpoints::resume(const TrainConfig& config, std::s
   const std::string saved = first.metadata().count(std::string(kMomentsKey)) > 0
                                 ? first.metadata().at(std::string(kMomentsKey))
                                 : std::string("none");
-  std::vector<float> full_m, full_v;  // whole arenas, only when layouts differ
-  const bool direct = saved == "full" && !layout.sharded();
-  if (direct) {
-    KILN_RETURN_IF_ERROR(read_f32(first, "adam_m", m));
-    KILN_RETURN_IF_ERROR(read_f32(first, "adam_v", v));
-  } else if (saved == "full") {
-    full_m.resize(layout.total);
-    full_v.resize(layout.total);
-    KILN_RETURN_IF_ERROR(read_f32(first, "adam_m", full_m));
-    KILN_RETURN_IF_ERROR(read_f32(first, "adam_v", full_v));
+  // This run's moments from the layout they were saved in: rank 0's whole arenas, or every
+  // rank's slice and tail.
+  if (saved == "full") {
+    for (std::string_view name : {"adam_m", "adam_v"}) {
+      KILN_ASSIGN_OR_RETURN(std::span<const std::byte> bytes,
+                            f32_bytes(first, name, layout.total, "this run"));
+      place_moments(bytes, 0, layout, name == "adam_m" ? m : v);
+    }
   } else if (saved == "zero") {
-    full_m.resize(layout.total);
-    full_v.resize(layout.total);
     for (int r = 0; r < info.manifest.world; ++r) {
       KILN_ASSIGN_OR_RETURN(
           ckpt::SafetensorsFile shard,
@@ -164,30 +201,16 @@ Result<ResumePoint> TrainerCheckpoints::resume(const TrainConfig& config, std::s
         return Status::invalid_argument(shard.path() + ": moment slice outside the arena");
       }
       const size_t n = count + (layout.total - tail);
-      std::vector<float> sm(n), sv(n);
-      KILN_RETURN_IF_ERROR(read_f32(shard, "adam_m", sm));
-      KILN_RETURN_IF_ERROR(read_f32(shard, "adam_v", sv));
-      std::copy(sm.begin(), sm.begin() + count, full_m.begin() + begin);
-      std::copy(sv.begin(), sv.begin() + count, full_v.begin() + begin);
-      std::copy(sm.begin() + count, sm.end(), full_m.begin() + tail);
-      std::copy(sv.begin() + count, sv.end(), full_v.begin() + tail);
+      for (std::string_view name : {"adam_m", "adam_v"}) {
+        KILN_ASSIGN_OR_RETURN(std::span<const std::byte> bytes,
+                              f32_bytes(shard, name, n, "its slice and tail"));
+        std::span<float> out = name == "adam_m" ? m : v;
+        place_moments(bytes.first(count * sizeof(float)), begin, layout, out);
+        place_moments(bytes.subspan(count * sizeof(float)), tail, layout, out);
+      }
     }
   } else {
     return Status::invalid_argument(where + ": rank 0's shard has no optimizer moments");
-  }
-  if (!direct) {
-    // This run's layout: the whole arena, or its slice followed by the tail.
-    auto place = [&](const std::vector<float>& full, std::span<float> out) {
-      if (!layout.sharded()) {
-        std::copy(full.begin(), full.end(), out.begin());
-        return;
-      }
-      std::copy(full.begin() + layout.zero_begin,
-                full.begin() + layout.zero_begin + layout.zero_count, out.begin());
-      std::copy(full.begin() + layout.tail_begin, full.end(), out.begin() + layout.zero_count);
-    };
-    place(full_m, m);
-    place(full_v, v);
   }
   ResumePoint point;
   point.step = info.step;

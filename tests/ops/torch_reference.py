@@ -10,9 +10,12 @@ Reads <dir>/manifest.json, which lists cases:
              ...]}
 
 Every input file is raw little-endian f32 or i32 in row-major order. For each case it computes
-the forward and the backward with torch 1.13 in float64 (autograd for gradients; attention is the
-explicit softmax(q k^T * scale + mask) v, not a fused kernel), writes each output as raw
-little-endian f64 to <dir>/<case>.<output>.out.bin, and lists them in <dir>/results.json:
+the forward and the backward with torch 1.13 in float64 (autograd for gradients; attention is
+the explicit softmax(q k^T * scale + mask) v, not a fused kernel; RMSNorm is its formula in
+torch ops, 1.13 having no RMSNorm; the gradient norm and the clipping factor come from
+clip_grad_norm_; bf16 conversion is Tensor.to between float32 and bfloat16, the one case not in
+float64), writes each output as raw little-endian f64 to <dir>/<case>.<output>.out.bin, and
+lists them in <dir>/results.json:
 
   {"matmul": {"y": {"file": "matmul.y.out.bin", "shape": [67, 95]}, ...}, ...}
 
@@ -125,8 +128,51 @@ def embedding(t, p):
     return {"y": y, "dwte": wte.grad, "dwpe": wpe.grad}
 
 
+def rmsnorm(t, p):
+    # torch 1.13 has no RMSNorm (torch.nn.RMSNorm arrived in 2.4): the formula in torch ops,
+    # differentiated by autograd.
+    x, weight = leaf(t["x"]), leaf(t["weight"])
+    rstd = torch.rsqrt(x.pow(2).mean(dim=-1, keepdim=True) + p["eps"])
+    y = x * rstd * weight
+    y.backward(t["dy"])
+    return {"y": y, "rstd": rstd.squeeze(-1), "dx": x.grad, "dweight": weight.grad}
+
+
+def residual(t, p):
+    a, b = leaf(t["a"]), leaf(t["b"])
+    y = a + b
+    y.backward(t["dy"])
+    # Kiln's backward accumulates into gradients that already hold da0 and db0.
+    return {"y": y, "da": t["da0"] + a.grad, "db": t["db0"] + b.grad}
+
+
+def grad_norm(t, p):
+    results = {}
+    for key, max_norm in zip(("clipping", "not_clipping"), p["max_norms"]):
+        params = []
+        for i in range(p["buffers"]):
+            param = torch.nn.Parameter(torch.zeros_like(t[f"g{i}"]))
+            param.grad = t[f"g{i}"].clone()
+            params.append(param)
+        norm = torch.nn.utils.clip_grad_norm_(params, max_norm)
+        results["norm"] = norm
+        # The last buffer is one gradient of 1.0: after clipping it holds the factor applied.
+        results[f"scale_{key}"] = params[-1].grad.reshape(1)
+    results["norm"] = results["norm"].reshape(1)
+    return results
+
+
+def bf16(t, p):
+    # The inputs arrive as float64 holding f32 values exactly: convert from f32, as Kiln does.
+    to_bf16 = t["x"].to(torch.float32).to(torch.bfloat16)
+    bits = torch.from_numpy(t["bits"].numpy().astype(np.uint16).view(np.int16))
+    to_f32 = bits.view(torch.bfloat16).to(torch.float32)
+    return {"to_bf16": to_bf16.to(torch.float64), "to_f32": to_f32.to(torch.float64)}
+
+
 OPS = {"matmul": matmul, "attention": attention, "layernorm": layernorm, "gelu": gelu,
-       "cross_entropy": cross_entropy, "adamw": adamw, "embedding": embedding}
+       "cross_entropy": cross_entropy, "adamw": adamw, "embedding": embedding,
+       "rmsnorm": rmsnorm, "residual": residual, "grad_norm": grad_norm, "bf16": bf16}
 
 
 def main():

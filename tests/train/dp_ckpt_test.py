@@ -5,7 +5,8 @@ and `kiln ckpt` (issue 6), on a 2-layer GPT-2 over the SOTU shards:
   ZeRO-1), up to the order of fp32 sums;
 - exact resume: a run stopped at step 10 with a checkpoint and resumed equals one run straight,
   bit for bit, on 1 rank and on 2;
-- resharding: a 2-rank ZeRO-1 checkpoint resumes on 1 rank;
+- resharding: a 2-rank ZeRO-1 checkpoint resumes on 1 rank, a 1-rank one on 2 ZeRO-1 ranks and
+  a 2-rank ZeRO-1 one on 3 ZeRO-1 ranks; a ZeRO-1 resume on the same ranks is bit-identical;
 - a rank killed with SIGKILL makes the launcher exit non-zero within seconds, naming the rank and
   its signal;
 - crash safety: an interrupted write (no manifest) or a flipped byte is passed over, resume falls
@@ -249,6 +250,33 @@ class ResumeTest(TrainTestBase):
         first, second, saved = self.split_run(*flags)
         self.assertEqual(saved["world_size"], 2)
         self.assert_bit_identical(first, second, self.straight(*flags))
+
+    def test_zero1_resume_is_exact_on_two_ranks(self):
+        flags = ("--nproc", "2", "--batch", "4", "--zero", "1")
+        first, second, saved = self.split_run(*flags)
+        self.assertEqual(saved["world_size"], 2)
+        self.assert_bit_identical(first, second, self.straight(*flags))
+
+    def test_moments_are_relaid_out_for_zero1_on_another_world_size(self):
+        """Whole moments (1 rank) resumed as 2 ranks' ZeRO-1 slices, and 2 ranks' slices
+        resumed as 3 ranks' (whose slices straddle the saved ones): each rank takes the parts of
+        the saved pieces its slice and tail cover, and the run goes on as one straight run of
+        the same global batch. A moment in the wrong place changes AdamW's update from step 11
+        on, far beyond the tolerance."""
+        cases = (((), ("--nproc", "2", "--batch", "4", "--zero", "1"), ()),
+                 (("--nproc", "2", "--batch", "6", "--zero", "1"),
+                  ("--nproc", "3", "--batch", "4", "--zero", "1"), ("--batch", "12")))
+        for saved_flags, resumed_flags, straight_flags in cases:
+            with self.subTest(saved=saved_flags, resumed=resumed_flags):
+                d = tempfile.mkdtemp(dir=self.tmp)
+                first = self.train(*saved_flags, "--ckpt-dir", d, "--stop-after-step", "10")
+                self.assertEqual(first.numbers(), list(range(1, 11)))
+                resumed = self.train(*resumed_flags, "--ckpt-dir", d)
+                self.assertEqual(resumed.numbers(), list(range(11, 21)), resumed.stderr)
+                self.assertNotIn("data order differs", resumed.stderr)
+                one = self.straight(*straight_flags)
+                for key in ("loss", "grad_norm"):
+                    self.assert_close(resumed.values(key), one.values(key), key, range(11, 21))
 
     def test_two_rank_zero1_checkpoint_resumes_on_one_rank(self):
         d = os.path.join(self.tmp, "ckpt")

@@ -10,7 +10,8 @@
 // Memory: parameters, gradients and AdamW's two moments are each ONE contiguous, 64-byte aligned
 // float arena, laid out in the export order below (each tensor at a 64-byte aligned offset, wte
 // with its Vp - vocab zero pad rows); activations for (batch, seq) are one more arena. All of them
-// are allocated by create(); forward, backward and adamw_step allocate nothing of their own.
+// are allocated by create(); forward, backward and adamw_step allocate nothing of their own. The
+// moment arenas are the parameter arena's size, or smaller: a ZeRO-1 rank's share (MomentArenas).
 //
 // Export order and names (safetensors, all F32, nn.Linear's (out, in) convention; wte exported
 // without its pad rows):
@@ -85,12 +86,29 @@ struct AdamWConfig {
   float weight_decay = 0.1f;  // applied to the parameters whose ParamInfo::decay is set
 };
 
+// The AdamW moment arenas Gpt2::create allocates: whole (one float per parameter-arena float,
+// what adamw_step needs), or `floats` floats each, a ZeRO-1 rank's share of the optimizer state
+// (ShardedAdamW::moment_floats: its slice plus the tail), which its ShardedAdamW updates. A share
+// saves 2 x 4 bytes x (arena floats - floats) a rank.
+struct MomentArenas {
+  static MomentArenas whole() { return {}; }
+  static MomentArenas share(size_t floats) { return {false, floats}; }
+  bool is_whole = true;
+  size_t floats = 0;  // each arena's size when !is_whole
+};
+
 class Gpt2 {
  public:
-  // Allocates (and zeroes) parameters, gradients, AdamW moments and activations for (batch, seq)
-  // once. kInvalidArgument for a bad config or batch < 1, seq < 1, seq > block_size;
-  // kUnavailable when the memory cannot be had (the message gives the bytes).
-  static Result<Gpt2> create(const ModelConfig& config, int batch, int seq);
+  // Allocates (and zeroes) parameters, gradients, AdamW moments (as `moments` says) and
+  // activations for (batch, seq) once. kInvalidArgument for a bad config or batch < 1, seq < 1,
+  // seq > block_size, or a moment share larger than the parameter arena; kUnavailable when the
+  // memory cannot be had (the message gives the bytes).
+  static Result<Gpt2> create(const ModelConfig& config, int batch, int seq,
+                             MomentArenas moments = MomentArenas::whole());
+
+  // The floats of each parameter-shaped arena of `config` (params() with alignment gaps and
+  // wte's pad rows): what param_data() will hold. REQUIRES config.validate() to be OK.
+  static size_t arena_floats(const ModelConfig& config);
 
   Gpt2(Gpt2&&) noexcept;
   Gpt2& operator=(Gpt2&&) noexcept;
@@ -106,7 +124,8 @@ class Gpt2 {
   int batch() const;
   int seq() const;
   const std::vector<ParamInfo>& params() const;  // in the export order
-  // The whole arenas (equal sizes; ParamInfo offsets index all four).
+  // The whole arenas (equal sizes; ParamInfo offsets index all three, and the moments when they
+  // are whole). The moments are MomentArenas::floats long when create() was given a share.
   std::span<float> param_data();
   std::span<const float> param_data() const;
   std::span<float> grad_data();
@@ -147,6 +166,7 @@ class Gpt2 {
   // gradient: the clipping factor of ops::grad_clip_scale). Weight decay only where
   // ParamInfo::decay; one ops::adamw_update per run of consecutive parameters that share the
   // decay flag (about 8 per block). Pad rows and alignment gaps have zero gradients and stay 0.
+  // REQUIRES whole moment arenas (a ZeRO-1 share is ShardedAdamW's to update).
   Status adamw_step(const AdamWConfig& c, float lr, int64_t step, float grad_scale,
                     const ops::Context& ctx);
 
