@@ -2,7 +2,8 @@
 #
 # The project builds with g++, which has no libFuzzer; clang++ builds each fuzz target on the side,
 # with its own flags, from the sources listed plus the few kiln_base files every parser needs.
-# Without clang++ the targets are skipped with a message, never silently.
+# Without clang++ the targets are skipped with a message, never silently, and in CI (CI=true)
+# configuring fails.
 #
 #   kiln_fuzz_target(NAME <name> SOURCES <files...>
 #                    [SEED_SOURCES <files...>] [LIBS <-lname...>] [MAX_TOTAL_TIME <seconds>])
@@ -29,6 +30,10 @@ if(NOT CMAKE_SCRIPT_MODE_FILE)
 find_program(KILN_CLANGXX NAMES clang++ clang++-14 DOC "clang++ for libFuzzer targets")
 if(KILN_CLANGXX)
   message(STATUS "kiln: fuzz targets ✓ (${KILN_CLANGXX})")
+elseif("$ENV{CI}" STREQUAL "true")
+  # In CI a missing clang++ would let every fuzz.* test vanish from a green run.
+  message(FATAL_ERROR "kiln: fuzz targets ✗: clang++ not found, and CI=true needs them "
+                      "(scripts/install-deps installs clang)")
 else()
   message(STATUS "kiln: fuzz targets ✗ (clang++ not found; fuzz.* tests are not defined)")
 endif()

@@ -18,7 +18,7 @@ import tempfile
 import unittest
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "lib"))
-from kiln_test import KILN_BIN, run_kiln, wait_until  # noqa: E402
+from kiln_test import KILN_BIN, run_kiln, skip_unless_ci, wait_until  # noqa: E402
 
 SHARD = "rank_00000_of_00001.safetensors"
 
@@ -184,7 +184,7 @@ class CkptTest(unittest.TestCase):
         r = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=8m", "tmpfs", mnt],
                            capture_output=True, text=True)
         if r.returncode != 0:
-            self.skipTest("cannot mount an 8 MiB tmpfs (needs root): " + r.stderr.strip())
+            skip_unless_ci(self, "cannot mount an 8 MiB tmpfs (needs root): " + r.stderr.strip())
         self.addCleanup(subprocess.run, ["umount", mnt], capture_output=True)
         root = os.path.join(mnt, "ckpt")
 
