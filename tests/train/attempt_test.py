@@ -71,7 +71,7 @@ class AttemptTest(unittest.TestCase):
                                       env=clean_env(KILN_JOB_TOKEN=TOKEN))
         self.addCleanup(self.stop_store)
         event = json.loads(self.store.stdout.readline() or "{}")
-        self.assertEqual(event.get("event"), "serving", self.store.stderr.read())
+        self.assertEqual(event.get("event"), "serving", "kiln store did not start")
         self.address = f"127.0.0.1:{event['port']}"
         self.procs = []
         self.addCleanup(self.kill_ranks)
