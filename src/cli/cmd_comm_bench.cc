@@ -6,15 +6,16 @@
 //
 // The same subcommand with --worker is what each rank runs (the launcher adds it).
 #include <kiln/comm/bench.h>
-#include <kiln/comm/bootstrap.h>
 #include <kiln/comm/communicator.h>
-#include <kiln/comm/local_launcher.h>
 #include <kiln/comm/store.h>
+#include <kiln/launch/local_launcher.h>
+#include <kiln/launch/rank_env.h>
 
 #include <cstdio>
 #include <iostream>
 
 #include "cli/command.h"
+#include "cli/rank_launch.h"
 #include "cli/signals.h"
 
 namespace kiln::cli {
@@ -50,46 +51,6 @@ Result<comm::OpKind> parse_op(const std::string& name) {
   return Status::invalid_argument("--op: unknown op '" + name + "'");
 }
 
-// The arguments a rank runs with: ours, plus --worker.
-std::vector<std::string> worker_argv(const CommBenchFlags& f, const GlobalOptions& g) {
-  std::vector<std::string> argv = {self_executable(), "--log-level", g.log_level};
-  if (!g.log_file.empty()) argv.insert(argv.end(), {"--log-file", g.log_file});
-  argv.insert(argv.end(), {"comm-bench",
-                           "--worker",
-                           "--op",
-                           f.op,
-                           "--ranks",
-                           std::to_string(f.ranks),
-                           "--transport",
-                           f.transport,
-                           "--min-bytes",
-                           f.min_bytes,
-                           "--max-bytes",
-                           f.max_bytes,
-                           "--iters",
-                           std::to_string(f.iters),
-                           "--warmup",
-                           std::to_string(f.warmup),
-                           "--dtype",
-                           f.dtype,
-                           "--reduce",
-                           f.reduce,
-                           "--timeout-ms",
-                           std::to_string(f.timeout_ms),
-                           "--algorithm",
-                           f.algorithm,
-                           "--tcp-connections",
-                           std::to_string(f.tcp_connections)});
-  if (f.in_place) argv.push_back("--in-place");
-  argv.insert(argv.end(), {"--check-bytes-max", f.check_bytes_max});
-  if (f.json) argv.push_back("--json");
-  if (!f.iface.empty()) argv.insert(argv.end(), {"--iface", f.iface});
-  if (!f.flight_recorder_dir.empty()) {
-    argv.insert(argv.end(), {"--flight-recorder-dir", f.flight_recorder_dir});
-  }
-  return argv;
-}
-
 void print_row(const comm::BenchRow& row, bool json) {
   if (json) {
     std::cout << comm::bench_row_json(row) << std::endl;
@@ -102,11 +63,13 @@ void print_row(const comm::BenchRow& row, bool json) {
 }
 
 int run_worker(const CommBenchFlags& f, const GlobalOptions& g) {
-  UserSignalThread dump_signal;  // before any thread: SIGUSR1 must stay blocked in all of them
+  // Before any thread: SIGUSR1 must stay blocked in all of them.
+  SignalThread dump_signal({SIGUSR1});
   std::shared_ptr<LogSink> sink = open_log_sink(g);
   if (!sink) return kExitBadInput;
-  Result<comm::RankEnvironment> env = comm::rank_environment_from_process();
-  if (!env.ok()) return report_error("comm-bench", env.status());
+  Result<launch::RankEnv> contract = launch::rank_env_from_process();
+  if (!contract.ok()) return report_error("comm-bench", contract.status());
+  const comm::RankEnvironment* env = &contract->identity;
   Logger log(sink, "comm-bench.rank" + std::to_string(env->rank));
   comm::StoreClientOptions store_options;
   store_options.address = env->store_address;
@@ -122,7 +85,7 @@ int run_worker(const CommBenchFlags& f, const GlobalOptions& g) {
   o.transport = f.transport == "tcp" ? comm::TransportPolicy::kTcp : comm::TransportPolicy::kAuto;
   o.timeout_ms = f.timeout_ms;
   o.job_token = env->job_token;
-  o.store_prefix = "comm-bench";
+  o.store_prefix = contract->job.store_prefix() + "/comm-bench";
   o.tcp_interface = f.iface;
   o.tcp_connections_per_peer = f.tcp_connections;
   o.flight_recorder_dir = f.flight_recorder_dir;
@@ -132,7 +95,7 @@ int run_worker(const CommBenchFlags& f, const GlobalOptions& g) {
   Result<std::unique_ptr<comm::Communicator>> c = comm::Communicator::create(o, store->get(), log);
   if (!c.ok()) return report_error("comm-bench", c.status());
   comm::Communicator& comm = **c;
-  dump_signal.start([&comm, &f, &log] {
+  dump_signal.start([&comm, &f, &log](int) {
     if (!f.flight_recorder_dir.empty()) {
       Result<std::string> path =
           comm.flight_recorder().dump_to_dir(f.flight_recorder_dir, "SIGUSR1");
@@ -188,29 +151,22 @@ int run_worker(const CommBenchFlags& f, const GlobalOptions& g) {
 }
 
 int run_launcher(const CommBenchFlags& f, const GlobalOptions& g) {
+  // Before any thread: the launcher forwards these to its ranks.
+  SignalThread signals({SIGINT, SIGTERM, SIGUSR1});
   std::shared_ptr<LogSink> sink = open_log_sink(g);
   if (!sink) return kExitBadInput;
   Logger log(sink, "comm-bench");
-  comm::LaunchOptions launch;
+  launch::LaunchOptions launch;
   launch.world_size = f.ranks;
-  launch.argv = worker_argv(f, g);
+  launch.argv = rank_command_line(g, {"--worker"});
   for (int h = 0; h < f.hosts; ++h)
     launch.hosts.push_back("host" + std::to_string(h));
   launch.grace_ms = std::min<int64_t>(f.timeout_ms, 5'000);
-  Result<std::unique_ptr<comm::LocalJob>> job = comm::LocalJob::start(launch, log);
-  if (!job.ok()) return report_error("comm-bench", job.status());
+  Status s = job_from_environment(&launch);
+  if (!s.ok()) return report_error("comm-bench", s);
   // Generous: a sweep to 64 MiB with many iterations takes a while on two cores.
-  Result<comm::JobResult> result = (*job)->wait(/*timeout_ms=*/3'600'000);
-  if (!result.ok()) return report_error("comm-bench", result.status());
-  if (!result->ok()) {
-    const comm::RankExit& first = result->ranks[result->first_failed];
-    std::cerr << "kiln comm-bench: " << first.describe() << std::endl;
-    for (const comm::RankExit& e : result->ranks) {
-      if (&e != &first && !e.ok()) std::cerr << "  then " << e.describe() << std::endl;
-    }
-    return kExitFailure;
-  }
-  return kExitOk;
+  constexpr int64_t kJobTimeoutMs = 3'600'000;
+  return run_local_job("comm-bench", launch, log, kJobTimeoutMs, &signals);
 }
 
 }  // namespace

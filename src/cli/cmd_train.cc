@@ -6,17 +6,24 @@
 // checked against the same rules; a bad config or flag exits 2 naming the file:line:key or flag.
 //
 // Data parallelism: `--nproc N` starts N ranks of this command on this host with an embedded
-// rendezvous store (kiln_comm's LocalJob) and waits for them; a rank that fails makes the others
+// rendezvous store (kiln_launch's LocalJob) and waits for them; a rank that fails makes the others
 // stop within the communicator's timeout, and the launcher names the rank that failed first. A
 // process started by a launcher (KILN_RANK or Slurm's SLURM_PROCID in its environment, world size
-// above 1) is a rank: it connects to the store, builds its communicator and trains its slice.
+// above 1) is a rank: it connects to the store, builds its communicator and trains its slice,
+// every store key under its job and attempt (include/kiln/launch/rank_env.h).
+//
+// Signals, taken on a signal thread (no handler runs in signal context): SIGTERM or SIGINT asks
+// the run to stop: it finishes the step in progress (all ranks agree on which), checkpoints it
+// (with --ckpt-dir), waits until that is durable and exits kExitStoppedResumable (75); SIGUSR1
+// logs the rank's flight recorder and training goes on. The launcher forwards all three to its
+// ranks and exits 75 when they all stopped.
 //
 // Output: with --json one JSON line per step and a final {"event":"done",...} line; otherwise
 // the progress line, live when stdout is a terminal. Logs go to stderr (or --log-file).
-#include <kiln/comm/bootstrap.h>
 #include <kiln/comm/communicator.h>
-#include <kiln/comm/local_launcher.h>
 #include <kiln/comm/store.h>
+#include <kiln/launch/local_launcher.h>
+#include <kiln/launch/rank_env.h>
 #include <kiln/obs/http_server.h>
 #include <kiln/obs/metrics.h>
 #include <kiln/obs/metrics_endpoint.h>
@@ -31,6 +38,8 @@
 #include <string>
 
 #include "cli/command.h"
+#include "cli/rank_launch.h"
+#include "cli/signals.h"
 
 namespace kiln::cli {
 namespace {
@@ -64,66 +73,23 @@ bool launched_as_rank() {
   return std::getenv("KILN_RANK") != nullptr || std::getenv("SLURM_PROCID") != nullptr;
 }
 
-// The command line of one rank: this command again, without --nproc.
-std::vector<std::string> rank_argv(const TrainFlags& f, const GlobalOptions& g) {
-  std::vector<std::string> argv = {self_executable(), "--log-level", g.log_level};
-  if (!g.log_file.empty()) argv.insert(argv.end(), {"--log-file", g.log_file});
-  argv.insert(argv.end(), {"train", f.config_path});
-  auto add = [&argv](const CLI::Option* opt, const std::string& flag, const std::string& value) {
-    if (opt->count() > 0) argv.insert(argv.end(), {flag, value});
-  };
-  add(f.max_steps_opt, "--max-steps", std::to_string(f.max_steps));
-  add(f.batch_opt, "--batch", std::to_string(f.batch));
-  add(f.seq_opt, "--seq", std::to_string(f.seq));
-  add(f.threads_opt, "--threads", std::to_string(f.threads));
-  add(f.seed_opt, "--seed", std::to_string(f.seed));
-  add(f.grad_accum_opt, "--grad-accum", std::to_string(f.grad_accum));
-  add(f.val_every_opt, "--val-every", std::to_string(f.val_every));
-  add(f.zero_opt, "--zero", std::to_string(f.zero));
-  if (f.metrics_port >= 0) {
-    argv.insert(argv.end(), {"--metrics-port", std::to_string(f.metrics_port), "--metrics-bind",
-                             f.metrics_bind});
-  }
-  if (!f.export_path.empty()) argv.insert(argv.end(), {"--export", f.export_path});
-  if (f.peak_gflops > 0) argv.insert(argv.end(), {"--peak-gflops", std::to_string(f.peak_gflops)});
-  if (!f.ckpt_dir.empty()) {
-    argv.insert(argv.end(), {"--ckpt-dir", f.ckpt_dir, "--ckpt-every", std::to_string(f.ckpt_every),
-                             "--ckpt-keep", std::to_string(f.ckpt_keep)});
-  }
-  argv.insert(argv.end(), {"--comm-timeout-ms", std::to_string(f.comm_timeout_ms)});
-  if (f.stop_after_step > 0) {
-    argv.insert(argv.end(), {"--stop-after-step", std::to_string(f.stop_after_step)});
-  }
-  if (f.json) argv.push_back("--json");
-  return argv;
-}
-
-int run_launcher(const TrainFlags& f, const GlobalOptions& g) {
+int run_launcher(const TrainFlags& f, const GlobalOptions& g, SignalThread* signals) {
   std::shared_ptr<LogSink> sink = open_log_sink(g);
   if (!sink) return kExitBadInput;
   Logger log(sink, "train");
   if (!f.debug_dump_dir.empty()) {
     return report_error("train", Status::invalid_argument("--debug-dump needs --nproc 1"));
   }
-  comm::LaunchOptions launch;
+  launch::LaunchOptions launch;
   launch.world_size = f.nproc;
-  launch.argv = rank_argv(f, g);
+  launch.argv = rank_command_line(g);
+  // The others must notice a failed rank (a collective's timeout) or finish a stop's checkpoint.
   launch.grace_ms = f.comm_timeout_ms + 5'000;
-  Result<std::unique_ptr<comm::LocalJob>> job = comm::LocalJob::start(launch, log);
-  if (!job.ok()) return report_error("train", job.status());
+  Status s = job_from_environment(&launch);
+  if (!s.ok()) return report_error("train", s);
   // A training run has no natural bound; a week is beyond any run on this machine.
   constexpr int64_t kJobTimeoutMs = 7LL * 24 * 3600 * 1000;
-  Result<comm::JobResult> result = (*job)->wait(kJobTimeoutMs);
-  if (!result.ok()) return report_error("train", result.status());
-  if (!result->ok()) {
-    const comm::RankExit& first = result->ranks[result->first_failed];
-    std::cerr << "kiln train: " << first.describe() << std::endl;
-    for (const comm::RankExit& e : result->ranks) {
-      if (&e != &first && !e.ok()) std::cerr << "  then " << e.describe() << std::endl;
-    }
-    return kExitFailure;
-  }
-  return kExitOk;
+  return run_local_job("train", launch, log, kJobTimeoutMs, signals);
 }
 
 train::TrainOverrides overrides_of(const TrainFlags& f) {
@@ -139,8 +105,26 @@ train::TrainOverrides overrides_of(const TrainFlags& f) {
   return o;
 }
 
-int run_train(const TrainFlags& flags, const GlobalOptions& globals) {
-  if (flags.nproc > 1 && !launched_as_rank()) return run_launcher(flags, globals);
+// A rank's signals (see the top of the file): SIGUSR1 logs the flight recorder, the others
+// request a stop. Runs on the signal thread.
+void on_signal(int sig, const comm::Communicator* communicator, train::StopRequest* stop,
+               const Logger& log) {
+  if (sig == SIGUSR1) {
+    if (communicator == nullptr) {
+      log.warn("SIGUSR1: a single process has no communicator, so no flight recorder");
+      return;
+    }
+    const std::string dump = communicator->flight_recorder().dump_json("SIGUSR1");
+    log.warn("flight recorder (SIGUSR1)", {{"flight_recorder", dump}});
+    return;
+  }
+  if (!stop->requested()) {
+    log.warn("stop requested: finishing the step in progress", {{"signal", sig}});
+  }
+  stop->request();
+}
+
+int run_rank(const TrainFlags& flags, const GlobalOptions& globals, SignalThread* signals) {
   std::shared_ptr<LogSink> sink = open_log_sink(globals);
   if (!sink) return kExitBadInput;
   Logger log(sink, "train");
@@ -153,33 +137,48 @@ int run_train(const TrainFlags& flags, const GlobalOptions& globals) {
   // A rank of a data-parallel job: its identity from the launcher, the store, a communicator.
   std::unique_ptr<comm::Store> store;
   std::unique_ptr<comm::Communicator> communicator;
+  launch::JobAttempt job;
   int rank = 0;
   if (launched_as_rank()) {
-    Result<comm::RankEnvironment> env = comm::rank_environment_from_process();
-    if (!env.ok()) return report_error("train", env.status());
-    rank = env->rank;
+    Result<launch::RankEnv> contract = launch::rank_env_from_process();
+    if (!contract.ok()) return report_error("train", contract.status());
+    const comm::RankEnvironment& env = contract->identity;
+    job = contract->job;
+    rank = env.rank;
     log = Logger(sink, "train.rank" + std::to_string(rank));
-    if (env->world_size > 1) {
+    if (env.world_size > 1) {
       comm::StoreClientOptions store_options;
-      store_options.address = env->store_address;
-      store_options.token = env->job_token;
+      store_options.address = env.store_address;
+      store_options.token = env.job_token;
       Result<std::unique_ptr<comm::Store>> st = comm::connect_tcp_store(store_options);
       if (!st.ok()) return report_error("train rank " + std::to_string(rank), st.status());
       store = std::move(*st);
       comm::CommOptions o;
-      o.rank = env->rank;
-      o.world_size = env->world_size;
-      o.host = env->host;
-      o.topology = env->topology;
+      o.rank = env.rank;
+      o.world_size = env.world_size;
+      o.host = env.host;
+      o.topology = env.topology;
       o.timeout_ms = flags.comm_timeout_ms;
-      o.job_token = env->job_token;
-      o.store_prefix = "train";
+      o.job_token = env.job_token;
+      o.store_prefix = job.store_prefix() + "/train";
+      log.info("joining the job",
+               {{"job_id", job.id}, {"attempt", job.attempt}, {"store_prefix", o.store_prefix}});
       Result<std::unique_ptr<comm::Communicator>> c =
           comm::Communicator::create(o, store.get(), log);
       if (!c.ok()) return report_error("train rank " + std::to_string(rank), c.status());
       communicator = std::move(*c);
     }
   }
+
+  // Signals that came while the job was forming waited, blocked; they are handled from here.
+  // The handler uses the communicator, the logger and `stop`: the guard joins the signal thread
+  // before any of them goes.
+  train::StopRequest stop;
+  signals->start([&stop, &log, c = communicator.get()](int sig) { on_signal(sig, c, &stop, log); });
+  struct JoinSignalThread {
+    SignalThread* thread;
+    ~JoinSignalThread() { thread->stop(); }
+  } join_signal_thread{signals};
 
   obs::MetricsRegistry registry;
   std::unique_ptr<obs::HttpServer> server;
@@ -203,10 +202,12 @@ int run_train(const TrainFlags& flags, const GlobalOptions& globals) {
   options.live_progress = isatty(STDOUT_FILENO) == 1;
   options.comm = communicator.get();
   options.store = store.get();
+  options.store_prefix = job.store_prefix();
   options.ckpt_dir = flags.ckpt_dir;
   options.ckpt_every = flags.ckpt_every;
   options.ckpt_keep = flags.ckpt_keep;
   options.stop_after_step = flags.stop_after_step;
+  options.stop = &stop;
   Result<train::TrainSummary> summary = train::train(*config, options, &registry, log);
   if (server) server->stop();
   if (!summary.ok()) {
@@ -214,12 +215,27 @@ int run_train(const TrainFlags& flags, const GlobalOptions& globals) {
     return report_error(rank == 0 && !communicator ? "train" : "train rank " + std::to_string(rank),
                         summary.status());
   }
+  if (summary->stopped) {
+    log.warn("stopped on request: a rerun with the same --ckpt-dir resumes",
+             {{"steps", summary->steps},
+              {"ckpt_dir", flags.ckpt_dir.empty() ? "none: nothing to resume" : flags.ckpt_dir},
+              {"exit_code", launch::kExitStoppedResumable}});
+    return launch::kExitStoppedResumable;
+  }
   log.info("training done", {{"steps", summary->steps},
                              {"train_loss", summary->train_loss},
                              {"val_loss", summary->val_loss},
                              {"tokens_per_s", summary->tokens_per_s},
                              {"peak_rss_bytes", summary->peak_rss_bytes}});
   return kExitOk;
+}
+
+int run_train(const TrainFlags& flags, const GlobalOptions& globals) {
+  // First, before any thread: every thread inherits the mask, so only the signal thread takes
+  // these (a launcher forwards them to its ranks, a rank stops or dumps).
+  SignalThread signals({SIGINT, SIGTERM, SIGUSR1});
+  if (flags.nproc > 1 && !launched_as_rank()) return run_launcher(flags, globals, &signals);
+  return run_rank(flags, globals, &signals);
 }
 
 }  // namespace
@@ -267,6 +283,11 @@ Command add_train_command(CLI::App& parent) {
                   "stop (and checkpoint) after this step; the schedule still ends at max_steps")
       ->check(CLI::Range(1, 1'000'000'000));
   app->add_flag("--json", flags->json, "print one JSON line per step and a final one");
+  app->footer(
+      "Signals: SIGTERM or SIGINT stops after the step in progress (every rank the same step),\n"
+      "checkpoints it (with --ckpt-dir), waits until it is durable and exits 75 (stopped,\n"
+      "resumable: rerun with the same --ckpt-dir to continue). SIGUSR1 logs each rank's flight\n"
+      "recorder and training goes on. With --nproc the launcher forwards them to its ranks.");
   return {app, [flags](const GlobalOptions& globals) { return run_train(*flags, globals); }};
 }
 

@@ -12,6 +12,7 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <vector>
 
 namespace kiln::cli {
 
@@ -19,6 +20,8 @@ namespace kiln::cli {
 struct GlobalOptions {
   std::string log_level = "info";
   std::string log_file;  // empty: stderr
+  // The arguments kiln was started with (argv[1..]): a launcher's ranks run them again.
+  std::vector<std::string> args;
 };
 
 // Exit codes shared by all subcommands.

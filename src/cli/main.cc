@@ -38,6 +38,7 @@ int main(int argc, char** argv) {
   app.require_subcommand(1);
   app.fallthrough();  // global flags may also follow the subcommand
   kiln::cli::GlobalOptions globals;
+  globals.args.assign(argv + 1, argv + argc);
   app.add_option("--log-level", globals.log_level, "debug, info, warn, error or off")
       ->capture_default_str();
   app.add_option("--log-file", globals.log_file, "append JSON-line logs here (default: stderr)");

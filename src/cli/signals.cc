@@ -25,23 +25,29 @@ int TerminationSignals::wait(int64_t timeout_ms) {
   return sig > 0 ? sig : 0;
 }
 
-UserSignalThread::UserSignalThread() {
+SignalThread::SignalThread(std::initializer_list<int> signals) {
   sigemptyset(&set_);
-  sigaddset(&set_, SIGUSR1);
+  for (int sig : signals)
+    sigaddset(&set_, sig);
   pthread_sigmask(SIG_BLOCK, &set_, nullptr);
 }
 
-UserSignalThread::~UserSignalThread() {
+SignalThread::~SignalThread() {
+  stop();
+}
+
+void SignalThread::stop() {
   stop_ = true;
   if (thread_.joinable()) thread_.join();
 }
 
-void UserSignalThread::start(std::function<void()> handler) {
+void SignalThread::start(std::function<void(int signal)> handler) {
   thread_ = std::thread([this, handler = std::move(handler)] {
     // Wake every 100 ms to notice stop_: sigtimedwait has no other way to be interrupted.
     const timespec period{0, 100'000'000};
     while (!stop_) {
-      if (sigtimedwait(&set_, nullptr, &period) == SIGUSR1) handler();
+      const int sig = sigtimedwait(&set_, nullptr, &period);
+      if (sig > 0) handler(sig);
     }
   });
 }

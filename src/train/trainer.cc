@@ -61,6 +61,17 @@ Result<float> validation_loss(DataLoader* val, int batches, Gpt2* model, std::sp
   return mean_over_ranks(comm, static_cast<float>(sum / batches));
 }
 
+// Whether any rank was asked to stop: a max over the ranks' flags (just this process's with one),
+// so every rank gets the same answer after the same step.
+Result<bool> agree_to_stop(comm::Communicator* comm, const StopRequest* stop) {
+  float flag = stop != nullptr && stop->requested() ? 1.0f : 0.0f;
+  if (comm != nullptr) {
+    KILN_RETURN_IF_ERROR(comm->run(comm::CollectiveArgs::allreduce(
+        &flag, &flag, 1, comm::DataType::kF32, comm::ReduceOp::kMax)));
+  }
+  return flag > 0;
+}
+
 bool validates_at(const TrainHyperparams& h, int step) {
   if (h.val_batches == 0) return false;
   return step == h.max_steps || (h.val_every > 0 && step % h.val_every == 0);
@@ -196,6 +207,7 @@ Result<TrainSummary> train(const TrainConfig& config, const TrainerOptions& opti
     c.rank = rank;
     c.world = world;
     c.store = options.store;
+    c.store_prefix = options.store_prefix;
     c.metrics = registry;
     c.log = log;
     const size_t staging = (rank == 0 ? model.param_data().size() : 0) +
@@ -311,12 +323,15 @@ Result<TrainSummary> train(const TrainConfig& config, const TrainerOptions& opti
       r.val_loss = *val;
       summary.val_loss = *val;
     }
-    if (checkpoints && checkpoints->due(step, last_step)) {
+    auto save_checkpoint = [&]() -> Result<double> {
       Result<double> stall = checkpoints->save(step, config, model.param_data(), adam_m, adam_v,
                                                moments, train_loader->position());
       if (!stall.ok())
         return stall.status().with_context("checkpoint after step " + std::to_string(step));
-      r.ckpt_stall_ms = *stall;
+      return stall;
+    };
+    if (checkpoints && checkpoints->due(step, last_step)) {
+      KILN_ASSIGN_OR_RETURN(r.ckpt_stall_ms, save_checkpoint());
     }
     summary.steps = step;
     summary.train_loss = r.loss;
@@ -335,6 +350,23 @@ Result<TrainSummary> train(const TrainConfig& config, const TrainerOptions& opti
       return Status::aborted("step " + std::to_string(step) + ": training loss is " +
                              std::to_string(r.loss) + ": the run diverged (try a lower train.lr)");
     }
+    // After the callback, so a callback's request stops the run after its own step. The last
+    // step ends the run anyway: no collective there, on any rank.
+    if (step < last_step) {
+      bool stop_now = false;
+      KILN_ASSIGN_OR_RETURN(stop_now, agree_to_stop(comm, options.stop));
+      if (stop_now) {
+        if (checkpoints && !checkpoints->due(step, last_step)) {
+          KILN_RETURN_IF_ERROR(save_checkpoint().status());
+        }
+        log.warn("stopping on request after this step",
+                 {{"step", step},
+                  {"last_step", last_step},
+                  {"checkpoint", checkpoints ? "saving this step" : "none (no checkpoint dir)"}});
+        summary.stopped = true;
+        break;
+      }
+    }
   }
 
   const int steps_run = summary.steps - start_step;
@@ -342,7 +374,9 @@ Result<TrainSummary> train(const TrainConfig& config, const TrainerOptions& opti
                                        : tokens_per_step / (first_step_ns * 1e-9);
   if (checkpoints) KILN_RETURN_IF_ERROR(checkpoints->finish());
   if (dump) KILN_RETURN_IF_ERROR(dump->write_steps(model, summary.steps));
-  if (!options.export_path.empty() && rank == 0) {
+  if (!options.export_path.empty() && rank == 0 && summary.stopped) {
+    log.warn("stopped before the last step: not exporting", {{"path", options.export_path}});
+  } else if (!options.export_path.empty() && rank == 0) {
     KILN_RETURN_IF_ERROR(save_weights(model, options.export_path));
     log.info("exported the final weights", {{"path", options.export_path}});
   }

@@ -13,6 +13,7 @@ list(APPEND KILN_TRAIN_SOURCES
 list(APPEND KILN_TRAIN_TESTS
   ${CMAKE_CURRENT_SOURCE_DIR}/train_config_test.cc
   ${CMAKE_CURRENT_SOURCE_DIR}/schedule_test.cc
+  ${CMAKE_CURRENT_SOURCE_DIR}/trainer_checkpoint_test.cc
   ${CMAKE_CURRENT_SOURCE_DIR}/trainer_output_test.cc
   ${CMAKE_CURRENT_SOURCE_DIR}/sampler_test.cc
   ${CMAKE_CURRENT_SOURCE_DIR}/trainer_test.cc)

@@ -2,7 +2,9 @@
 #include "train/trainer_checkpoint.h"
 
 #include <algorithm>
+#include <charconv>
 #include <cstring>
+#include <initializer_list>
 #include <iostream>
 #include <map>
 #include <vector>
@@ -75,12 +77,59 @@ Result<std::span<const std::byte>> f32_bytes(const ckpt::SafetensorsFile& file,
   return t.bytes;
 }
 
+// Shard metadata value `key`: a decimal count, the whole value. Errors name the file and key.
 Result<size_t> metadata_size(const ckpt::SafetensorsFile& file, const std::string& key) {
   auto it = file.metadata().find(key);
   if (it == file.metadata().end()) {
     return Status::invalid_argument(file.path() + ": no __metadata__." + key);
   }
-  return static_cast<size_t>(std::stoull(it->second));
+  const std::string& text = it->second;
+  uint64_t value = 0;
+  auto [ptr, ec] = std::from_chars(text.data(), text.data() + text.size(), value);
+  if (text.empty() || ec != std::errc() || ptr != text.data() + text.size()) {
+    return Status::invalid_argument(file.path() + ": __metadata__." + key + "='" + text +
+                                    "' is not a count");
+  }
+  return static_cast<size_t>(value);
+}
+
+// The manifest metadata field at `path` (keys from the root), which must be an unsigned integer
+// (or, with `text`, a string). Errors name the checkpoint and the field.
+Result<const nlohmann::json*> meta_field(const nlohmann::json& meta, const std::string& where,
+                                         std::initializer_list<const char*> path) {
+  const nlohmann::json* node = &meta;
+  std::string name;
+  for (const char* key : path) {
+    name += (name.empty() ? "" : ".") + std::string(key);
+    if (!node->is_object() || !node->contains(key)) {
+      return Status::invalid_argument(where + ": manifest metadata has no '" + name + "'");
+    }
+    node = &(*node)[key];
+  }
+  return node;
+}
+
+Result<uint64_t> meta_unsigned(const nlohmann::json& meta, const std::string& where,
+                               std::initializer_list<const char*> path) {
+  KILN_ASSIGN_OR_RETURN(const nlohmann::json* node, meta_field(meta, where, path));
+  if (!node->is_number_unsigned()) {
+    std::string name;
+    for (const char* key : path)
+      name += (name.empty() ? "" : ".") + std::string(key);
+    return Status::invalid_argument(where + ": manifest metadata '" + name + "' is " +
+                                    node->dump() + ", not a non-negative integer");
+  }
+  return node->get<uint64_t>();
+}
+
+Result<std::string> meta_string(const nlohmann::json& meta, const std::string& where,
+                                const char* key) {
+  KILN_ASSIGN_OR_RETURN(const nlohmann::json* node, meta_field(meta, where, {key}));
+  if (!node->is_string()) {
+    return Status::invalid_argument(where + ": manifest metadata '" + key + "' is " + node->dump() +
+                                    ", not a string");
+  }
+  return node->get<std::string>();
 }
 
 }  // namespace
@@ -106,10 +155,10 @@ Result<std::unique_ptr<TrainerCheckpoints>> TrainerCheckpoints::create(
     comm::Store* store = options.store;
     const int rank = options.rank;
     const int world = options.world;
-    o.gather = [store, rank, world](
+    o.gather = [store, rank, world, store_prefix = options.store_prefix](
                    int64_t step,
                    const ckpt::FileRecord& mine) -> Result<std::vector<ckpt::FileRecord>> {
-      const std::string prefix = "kiln/ckpt/" + std::to_string(step) + "/";
+      const std::string prefix = store_prefix + "/ckpt/" + std::to_string(step) + "/";
       KILN_RETURN_IF_ERROR(
           store->set(prefix + std::to_string(rank), ckpt::file_record_to_json(mine)));
       std::vector<ckpt::FileRecord> all;
@@ -157,19 +206,30 @@ Result<ResumePoint> TrainerCheckpoints::resume(const TrainConfig& config, std::s
   const ckpt::CheckpointInfo& info = *choice.chosen;
   const std::string where = "checkpoint " + info.path;
   const nlohmann::json meta = nlohmann::json::parse(info.manifest.metadata_json, nullptr, false);
-  if (meta.is_discarded() || !meta.contains("model_hash") || !meta.contains("loader")) {
+  if (meta.is_discarded() || !meta.is_object() || !meta.contains("model_hash") ||
+      !meta.contains("loader")) {
     return Status::invalid_argument(where + ": manifest metadata is not a kiln train state");
   }
-  if (meta["model_hash"] != model_hash(config.model)) {
+  // Every field is checked before any is used: a malformed file is an error naming the field,
+  // never an exception.
+  KILN_ASSIGN_OR_RETURN(const std::string saved_hash, meta_string(meta, where, "model_hash"));
+  KILN_ASSIGN_OR_RETURN(const uint64_t saved_global_batch,
+                        meta_unsigned(meta, where, {"global_batch"}));
+  KILN_ASSIGN_OR_RETURN(const uint64_t saved_seq, meta_unsigned(meta, where, {"seq"}));
+  KILN_ASSIGN_OR_RETURN(const uint64_t saved_seed, meta_unsigned(meta, where, {"seed"}));
+  ResumePoint point;
+  point.step = info.step;
+  KILN_ASSIGN_OR_RETURN(point.loader.epoch, meta_unsigned(meta, where, {"loader", "epoch"}));
+  KILN_ASSIGN_OR_RETURN(point.loader.window, meta_unsigned(meta, where, {"loader", "window"}));
+  if (saved_hash != model_hash(config.model)) {
     return Status::invalid_argument(where + " holds a different model than " + config.source +
-                                    " (model_hash " + meta["model_hash"].get<std::string>() +
-                                    " vs " + model_hash(config.model) + ")");
+                                    " (model_hash " + saved_hash + " vs " +
+                                    model_hash(config.model) + ")");
   }
-  const int64_t global_batch =
-      static_cast<int64_t>(config.train.batch) * static_cast<int64_t>(options_.world);
-  if (meta.value("global_batch", int64_t{0}) != global_batch ||
-      meta.value("seq", 0) != config.train.seq ||
-      meta.value("seed", uint64_t{0}) != config.train.seed) {
+  const uint64_t global_batch =
+      static_cast<uint64_t>(config.train.batch) * static_cast<uint64_t>(options_.world);
+  if (saved_global_batch != global_batch || saved_seq != static_cast<uint64_t>(config.train.seq) ||
+      saved_seed != config.train.seed) {
     options_.log.warn(
         "resuming with another global batch, sequence or seed: the data order differs",
         {{"checkpoint", info.path}, {"saved", meta.dump()}});
@@ -197,7 +257,7 @@ Result<ResumePoint> TrainerCheckpoints::resume(const TrainConfig& config, std::s
       KILN_ASSIGN_OR_RETURN(size_t begin, metadata_size(shard, "zero_begin"));
       KILN_ASSIGN_OR_RETURN(size_t count, metadata_size(shard, "zero_count"));
       KILN_ASSIGN_OR_RETURN(size_t tail, metadata_size(shard, "tail_begin"));
-      if (begin + count > layout.total || tail > layout.total) {
+      if (begin > layout.total || count > layout.total - begin || tail > layout.total) {
         return Status::invalid_argument(shard.path() + ": moment slice outside the arena");
       }
       const size_t n = count + (layout.total - tail);
@@ -212,10 +272,6 @@ Result<ResumePoint> TrainerCheckpoints::resume(const TrainConfig& config, std::s
   } else {
     return Status::invalid_argument(where + ": rank 0's shard has no optimizer moments");
   }
-  ResumePoint point;
-  point.step = info.step;
-  point.loader.epoch = meta["loader"].value("epoch", uint64_t{0});
-  point.loader.window = meta["loader"].value("window", uint64_t{0});
   options_.log.info("resumed from a checkpoint", {{"path", info.path},
                                                   {"step", info.step},
                                                   {"saved_world", info.manifest.world},

@@ -13,7 +13,8 @@
 // so a run can resume on another world size, with or without ZeRO. Same world size and layout:
 // the state is bit-identical to the one saved.
 //
-// Records are gathered to rank 0 through the rendezvous store (key kiln/ckpt/<step>/<rank>), not
+// Records are gathered to rank 0 through the rendezvous store (key
+// <store_prefix>/ckpt/<step>/<rank>, the prefix naming the job and attempt), not
 // the training communicator: the writer thread runs beside the training loop, whose collectives
 // must keep the same order on every rank.
 #ifndef KILN_TRAIN_TRAINER_CHECKPOINT_H_
@@ -56,6 +57,8 @@ struct TrainerCheckpointOptions {
   int rank = 0;
   int world = 1;
   comm::Store* store = nullptr;  // required when world > 1 (the record gather)
+  // The job and attempt's root in the store (TrainerOptions::store_prefix).
+  std::string store_prefix = "kiln/job/default/attempt/0";
   obs::MetricsRegistry* metrics = nullptr;
   Logger log;
 };
@@ -73,7 +76,8 @@ class TrainerCheckpoints {
 
   // Restores params and this run's moments (m, v laid out as `layout`) from the newest
   // checkpoint that verifies; a fresh start returns step 0 and touches nothing. Errors name the
-  // checkpoint and what does not match (a different model config is kInvalidArgument).
+  // checkpoint and what does not match (a different model config is kInvalidArgument), or the
+  // file and field that is missing or malformed (kInvalidArgument): nothing here throws.
   Result<ResumePoint> resume(const TrainConfig& config, std::span<float> params, std::span<float> m,
                              std::span<float> v, const MomentLayout& layout);
 

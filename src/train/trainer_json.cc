@@ -77,6 +77,7 @@ std::string format_done_json(const TrainSummary& s) {
   w.field("val_loss", s.val_loss);
   w.field("tokens_per_s", s.tokens_per_s);
   w.field("peak_rss_bytes", s.peak_rss_bytes);
+  if (s.stopped) w.text(",\"stopped\":true");
   w.text("}");
   return std::string(w.view());
 }

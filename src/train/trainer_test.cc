@@ -1,5 +1,6 @@
 // Tests of the trainer on the real SOTU shards with small GPT-2s: bit-identical losses for a
 // seed, falling losses, validation, the debug dump's contents, export, metrics and JSON output.
+#include <kiln/ckpt/catalog.h>
 #include <kiln/ckpt/safetensors.h>
 #include <kiln/obs/metrics.h>
 #include <kiln/train/model.h>
@@ -278,6 +279,59 @@ TEST_F(TrainerTest, ExportWritesTheFinalWeights) {
   ASSERT_EQ(a.size(), b.size());
   EXPECT_FALSE(std::equal(a.begin(), a.end(), b.begin()));
   std::filesystem::remove(options.export_path);
+}
+
+// A stop request made from the step callback ends the run after that step, with a checkpoint
+// of it; a rerun resumes there and its losses are the uninterrupted run's, bit for bit.
+TEST_F(TrainerTest, AStopRequestEndsTheRunAfterItsStepAndTheRerunContinuesExactly) {
+  const TrainConfig config = small_config(6);
+  const std::vector<StepReport> straight = run(config, quiet_options());
+  ASSERT_EQ(straight.size(), 6u);
+
+  TrainerOptions options = quiet_options();
+  options.ckpt_dir = testing::unique_temp_dir("stop");
+  options.export_path = testing::unique_temp_path("stopped.safetensors");
+  StopRequest stop;
+  options.stop = &stop;
+  std::vector<StepReport> first;
+  Result<TrainSummary> s = train(config, options, nullptr, Logger(), [&](const StepReport& r) {
+    first.push_back(r);
+    if (r.step == 2) stop.request();
+  });
+  ASSERT_TRUE(s.ok()) << s.status().to_string();
+  EXPECT_TRUE(s->stopped);
+  EXPECT_EQ(s->steps, 2);
+  ASSERT_EQ(first.size(), 2u);
+  EXPECT_FALSE(std::filesystem::exists(options.export_path)) << "a stopped run is not final";
+  Result<ckpt::ResumeChoice> saved = ckpt::find_resume_checkpoint(options.ckpt_dir);
+  ASSERT_TRUE(saved.ok() && saved->chosen) << "no checkpoint of the stop step";
+  EXPECT_EQ(saved->chosen->step, 2);
+
+  options.stop = nullptr;
+  options.export_path.clear();
+  TrainSummary summary;
+  const std::vector<StepReport> rest = run(config, options, nullptr, &summary);
+  EXPECT_FALSE(summary.stopped);
+  ASSERT_EQ(rest.size(), 4u);
+  for (size_t i = 0; i < rest.size(); ++i) {
+    const StepReport& want = straight[i + 2];
+    EXPECT_EQ(rest[i].step, want.step);
+    EXPECT_EQ(rest[i].resumed_from, 2);
+    EXPECT_EQ(bits(rest[i].loss), bits(want.loss)) << "step " << want.step;
+    EXPECT_EQ(rest[i].grad_norm, want.grad_norm) << "step " << want.step;
+  }
+}
+
+// A request during the last step changes nothing: the run ends as it would have.
+TEST_F(TrainerTest, AStopRequestAtTheLastStepFinishesTheRun) {
+  TrainerOptions options = quiet_options();
+  StopRequest stop;
+  stop.request();  // before step 1: taken after step 1, the last
+  options.stop = &stop;
+  TrainSummary summary;
+  EXPECT_EQ(run(small_config(1), options, nullptr, &summary).size(), 1u);
+  EXPECT_FALSE(summary.stopped);
+  EXPECT_EQ(summary.steps, 1);
 }
 
 TEST_F(TrainerTest, JsonLinesAndMetricsReportEveryStep) {

@@ -1,4 +1,7 @@
-// Where a rank learns who it is: the environment a launcher gives it.
+// Where a rank learns who it is: the environment a launcher gives it. This is the part of the
+// rank environment contract kiln_comm needs (identity, store, token); the whole contract, with
+// the job id and attempt and the writer that launchers use, is kiln_launch's
+// (include/kiln/launch/rank_env.h, docs/launch.md), which parses through this.
 //
 // Kiln's own variables come first:
 //   KILN_RANK, KILN_WORLD_SIZE   this rank and the number of ranks (required, integers)

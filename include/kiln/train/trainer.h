@@ -21,7 +21,7 @@
 // - json: one line per step {"step","loss","lr","grad_norm","tokens_per_s","step_ms","mfu",
 //   "world","comm_exposed_ms","ckpt_stall_ms"} plus "val_loss" on steps that validate, then
 //   {"event":"done","steps","train_loss","val_loss", "tokens_per_s" (mean over the steps after the
-//   first),"peak_rss_bytes"}.
+//   first),"peak_rss_bytes"} with "stopped":true added when a stop request ended the run.
 // - otherwise the progress line `step 12/300 | loss 6.123 | val 6.201 | 1234 tok/s | 210 ms/step |
 //   ETA 1m02s`: live, it is redrawn in place at most 4 times a second; at validation steps and at
 //   the end it is kept (newline), and those kept lines are all that is printed when not live.
@@ -30,9 +30,18 @@
 // kiln_train_step_seconds (histogram); checkpoints add kiln_ckpt_* (stall, write time, bytes).
 // MFU = flops_per_token * tokens/s / (peak * world), the peak (one rank's) from TrainerOptions or
 // measured at start-up.
+//
+// Stopping (TrainerOptions::stop): a request ends the run after the step in progress. With a
+// communicator every rank adds its flag to a one-element max-allreduce at the end of every step
+// but the last, so all ranks stop after the same step even when the request (a signal, say)
+// reached only one of them. The stop step is then checkpointed (when ckpt_dir is set), the
+// trainer waits until that checkpoint is durable, skips the export and returns a summary with
+// `stopped` set: the CLI exits with launch::kExitStoppedResumable, and a rerun with the same
+// ckpt_dir continues from that step exactly as if it had never stopped.
 #ifndef KILN_TRAIN_TRAINER_H_
 #define KILN_TRAIN_TRAINER_H_
 
+#include <atomic>
 #include <cstdint>
 #include <functional>
 #include <iosfwd>
@@ -46,6 +55,17 @@
 #include <kiln/train/train_config.h>
 
 namespace kiln::train {
+
+// A request to stop a run at the end of the step in progress (see "Stopping" above). request()
+// only stores an atomic flag: call it from any thread, a step callback or a signal thread.
+class StopRequest {
+ public:
+  void request() { requested_.store(true, std::memory_order_relaxed); }
+  bool requested() const { return requested_.load(std::memory_order_relaxed); }
+
+ private:
+  std::atomic<bool> requested_{false};
+};
 
 struct TrainerOptions {
   std::string export_path;     // non-empty: write the final weights here (export format)
@@ -67,6 +87,11 @@ struct TrainerOptions {
   // names it. `store` (the rendezvous store) carries checkpoint records to rank 0.
   comm::Communicator* comm = nullptr;
   comm::Store* store = nullptr;
+  // Every key this run writes to or reads from `store` lives under this prefix (checkpoint
+  // records: <prefix>/ckpt/<step>/<rank>). Each attempt of a job needs its own, so a restart
+  // never reads a dead attempt's records: launch::JobAttempt::store_prefix(), whose default job
+  // and attempt this is.
+  std::string store_prefix = "kiln/job/default/attempt/0";
   // Smallest gradient bucket (bytes); blocks are merged up to it.
   size_t bucket_bytes_min = 8u << 20;
 
@@ -79,6 +104,8 @@ struct TrainerOptions {
   // Stop after this step (0: train.max_steps) without changing the schedule, which still runs to
   // max_steps: a run split in two (with a checkpoint at the stop) equals one run straight.
   int stop_after_step = 0;
+  // Stop requests (null: none can be made); must outlive train().
+  const StopRequest* stop = nullptr;
 };
 
 // `debug_dump_dir` (the input of the golden parity test): before step 1
@@ -116,9 +143,13 @@ struct TrainSummary {
   double tokens_per_s = 0;  // over the steps after the first (all steps when only one ran)
   int64_t peak_rss_bytes = 0;
   double peak_gflops = 0;  // the peak MFU was computed against
+  // A StopRequest ended the run after `steps`, before its last step; its checkpoint (with a
+  // ckpt_dir) is durable.
+  bool stopped = false;
 };
 
-// Called after each step on the training thread, after the step's output was written.
+// Called after each step on the training thread, after the step's output was written. A
+// callback that requests the run's StopRequest stops it after this step.
 using StepCallback = std::function<void(const StepReport&)>;
 
 // Trains as `config` says. `registry` may be null (no metrics). Errors: the loader's, the model's

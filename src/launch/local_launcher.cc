@@ -1,28 +1,36 @@
-// See include/kiln/comm/local_launcher.h.
-#include <kiln/comm/local_launcher.h>
+// See include/kiln/launch/local_launcher.h.
+#include <kiln/launch/local_launcher.h>
 
 #include <poll.h>
 #include <signal.h>
 #include <spawn.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <kiln/base/checksum.h>
 #include <kiln/base/clock.h>
 
+#include <algorithm>
 #include <cstring>
+#include <ctime>
 #include <random>
-
-#include "comm/transport/progress.h"
 
 extern char** environ;
 
-namespace kiln::comm {
+namespace kiln::launch {
 namespace {
 
 // After a failure and the grace period, ranks still running get SIGUSR1 (dump the flight
 // recorder) and this long to write it before SIGKILL.
 constexpr int64_t kDumpWaitMs = 1'000;
+
+// A pidfd becomes readable when the process ends; -1 when the kernel has none (before 5.3): the
+// wait loop then only wakes on its timer.
+int open_pidfd(pid_t pid) {
+  const long fd = syscall(SYS_pidfd_open, pid, 0);
+  return fd < 0 ? -1 : static_cast<int>(fd);
+}
 
 std::string random_token() {
   std::random_device device;
@@ -43,40 +51,74 @@ std::string RankExit::describe() const {
          (name != nullptr ? name : "?") + ")" + (killed_by_launcher ? " by the launcher" : "");
 }
 
+bool JobResult::stopped() const {
+  if (!ok()) return false;
+  for (const RankExit& e : ranks) {
+    if (e.stopped()) return true;
+  }
+  return false;
+}
+
 Result<std::unique_ptr<LocalJob>> LocalJob::start(const LaunchOptions& options, Logger log) {
   if (options.world_size < 1) return Status::invalid_argument("world size must be at least 1");
   if (options.argv.empty()) return Status::invalid_argument("no command to launch");
+  if (options.attempt < 0 || options.attempt > kAttemptMax) {
+    return Status::invalid_argument("attempt " + std::to_string(options.attempt) +
+                                    " is out of range [0, " + std::to_string(kAttemptMax) + "]");
+  }
   std::unique_ptr<LocalJob> job(new LocalJob());
   job->options_ = options;
   job->log_ = log;
   if (job->options_.job_token.empty()) job->options_.job_token = random_token();
-  StoreServerOptions store_options;
+  job->job_.id = options.job_id.empty() ? "local-" + std::to_string(getpid()) + "-" +
+                                              std::to_string(std::time(nullptr))
+                                        : options.job_id;
+  KILN_RETURN_IF_ERROR(check_job_id(job->job_.id, "job id"));
+  job->job_.attempt = options.attempt;
+  comm::StoreServerOptions store_options;
   store_options.token = job->options_.job_token;
-  KILN_ASSIGN_OR_RETURN(job->store_, StoreServer::start(store_options, log.child("store")));
+  KILN_ASSIGN_OR_RETURN(job->store_, comm::StoreServer::start(store_options, log.child("store")));
   job->store_address_ = "127.0.0.1:" + std::to_string(job->store_->port());
+
+  // The launcher may block or handle these (kiln's CLI takes them on a signal thread); a rank
+  // starts with none blocked and each at its default action, as if run from a shell.
+  posix_spawnattr_t attr;
+  posix_spawnattr_init(&attr);
+  sigset_t none, defaults;
+  sigemptyset(&none);
+  sigemptyset(&defaults);
+  for (int sig : {SIGINT, SIGTERM, SIGUSR1})
+    sigaddset(&defaults, sig);
+  posix_spawnattr_setsigmask(&attr, &none);
+  posix_spawnattr_setsigdefault(&attr, &defaults);
+  posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF);
 
   std::vector<char*> argv;
   for (const std::string& a : options.argv)
     argv.push_back(const_cast<char*>(a.c_str()));
   argv.push_back(nullptr);
   for (int r = 0; r < options.world_size; ++r) {
-    std::map<std::string, std::string> env = options.env;
-    env["KILN_RANK"] = std::to_string(r);
-    env["KILN_WORLD_SIZE"] = std::to_string(options.world_size);
-    env["KILN_STORE_ADDR"] = job->store_address_;
-    env["KILN_JOB_TOKEN"] = job->options_.job_token;
-    // Every rank runs on this machine, so TCP links (fake hosts, --transport tcp) go over
-    // loopback whether or not the host name resolves (comm_env.h).
-    env.emplace("KILN_COMM_ADDR", "127.0.0.1");
+    RankEnv contract;
+    contract.identity.rank = r;
+    contract.identity.world_size = options.world_size;
+    contract.identity.store_address = job->store_address_;
+    contract.identity.job_token = job->options_.job_token;
+    contract.job = job->job_;
     if (!options.hosts.empty()) {
       const size_t h = static_cast<size_t>(r) % options.hosts.size();
-      env["KILN_HOST"] = options.hosts[h];
-      env["KILN_NODE_ID"] = std::to_string(h);
-      env["KILN_LOCAL_RANK"] = std::to_string(r / options.hosts.size());
+      contract.identity.host = options.hosts[h];
+      contract.identity.node_id = static_cast<int>(h);
+      contract.identity.local_rank = static_cast<int>(r / options.hosts.size());
     } else {
-      env["KILN_NODE_ID"] = "0";
-      env["KILN_LOCAL_RANK"] = std::to_string(r);
+      contract.identity.node_id = 0;
+      contract.identity.local_rank = r;
     }
+    std::map<std::string, std::string> env = options.env;
+    for (auto& [k, v] : rank_env_vars(contract))
+      env[k] = v;
+    // Every rank runs on this machine, so TCP links (fake hosts, --transport tcp) go over
+    // loopback whether or not the host name resolves (comm/comm_env.h).
+    env.emplace("KILN_COMM_ADDR", "127.0.0.1");
     // The parent's environment, minus anything we set, then ours.
     std::vector<std::string> entries;
     for (char** e = environ; *e != nullptr; ++e) {
@@ -91,8 +133,9 @@ Result<std::unique_ptr<LocalJob>> LocalJob::start(const LaunchOptions& options, 
       envp.push_back(e.data());
     envp.push_back(nullptr);
     pid_t pid = 0;
-    const int rc = posix_spawn(&pid, argv[0], nullptr, nullptr, argv.data(), envp.data());
+    const int rc = posix_spawn(&pid, argv[0], nullptr, &attr, argv.data(), envp.data());
     if (rc != 0) {
+      posix_spawnattr_destroy(&attr);
       job->kill_all(SIGKILL);
       return Status::io_error("spawn rank " + std::to_string(r) + " (" + options.argv[0] +
                               "): " + std::strerror(rc));
@@ -100,8 +143,10 @@ Result<std::unique_ptr<LocalJob>> LocalJob::start(const LaunchOptions& options, 
     job->pids_.push_back(pid);
     job->pidfds_.push_back(open_pidfd(pid));
     job->reaped_.push_back(false);
-    log.info("rank started", {{"rank", r}, {"pid", pid}});
+    log.info("rank started",
+             {{"rank", r}, {"pid", pid}, {"job_id", job->job_.id}, {"attempt", job->job_.attempt}});
   }
+  posix_spawnattr_destroy(&attr);
   return job;
 }
 
@@ -119,10 +164,12 @@ void LocalJob::kill_all(int signal) {
   }
 }
 
-Result<JobResult> LocalJob::wait(int64_t timeout_ms) {
+Result<JobResult> LocalJob::wait(int64_t timeout_ms, const std::function<int()>& take_signal) {
   const Deadline deadline = Deadline::after_ms(timeout_ms);
   JobResult result;
   result.ranks.resize(pids_.size());
+  // The grace period starts at the first failure or the first stop, whichever comes first.
+  bool grace_started = false;
   Deadline grace_end = Deadline::never();
   Deadline dump_end = Deadline::never();
   bool dumped = false;
@@ -130,6 +177,11 @@ Result<JobResult> LocalJob::wait(int64_t timeout_ms) {
   size_t running = 0;
   for (bool r : reaped_)
     running += r ? 0 : 1;
+  auto start_grace = [&] {
+    if (grace_started) return;
+    grace_started = true;
+    grace_end = Deadline::after_ms(options_.grace_ms);
+  };
   while (running > 0) {
     // Reap whatever has ended.
     for (size_t r = 0; r < pids_.size(); ++r) {
@@ -145,9 +197,12 @@ Result<JobResult> LocalJob::wait(int64_t timeout_ms) {
       e.exited = WIFEXITED(status);
       e.code = e.exited ? WEXITSTATUS(status) : WTERMSIG(status);
       e.killed_by_launcher = dumped || killed;
-      if (!e.ok() && !e.killed_by_launcher && result.first_failed < 0) {
+      if (e.stopped() && !e.killed_by_launcher) {
+        log_.info("rank stopped on request", {{"rank", static_cast<int>(r)}});
+        start_grace();
+      } else if (!e.ok() && !e.killed_by_launcher && result.first_failed < 0) {
         result.first_failed = static_cast<int>(r);
-        grace_end = Deadline::after_ms(options_.grace_ms);
+        start_grace();
         log_.error("rank failed", {{"rank", static_cast<int>(r)}, {"what", e.describe()}});
       }
     }
@@ -161,7 +216,22 @@ Result<JobResult> LocalJob::wait(int64_t timeout_ms) {
       return Status::timeout("job did not finish in " + std::to_string(timeout_ms) +
                              " ms; killed ranks " + still);
     }
-    if (result.first_failed >= 0 && grace_end.expired() && !dumped) {
+    if (take_signal) {
+      const int sig = take_signal();
+      if (sig != 0 && !dumped) {
+        log_.info("forwarding a signal to the ranks", {{"signal", sig}});
+        kill_all(sig);
+      }
+    }
+    if (grace_started && grace_end.expired() && !dumped) {
+      if (result.first_failed < 0) {
+        // Ranks stopped on request and these did not follow within the grace period.
+        for (size_t r = 0; r < pids_.size() && result.first_failed < 0; ++r) {
+          if (!reaped_[r]) result.first_failed = static_cast<int>(r);
+        }
+        log_.error("ranks did not stop with the others",
+                   {{"first", result.first_failed}, {"grace_ms", options_.grace_ms}});
+      }
       kill_all(SIGUSR1);  // ask for flight-recorder dumps first
       dumped = true;
       dump_end = Deadline::after_ms(kDumpWaitMs);
@@ -176,11 +246,10 @@ Result<JobResult> LocalJob::wait(int64_t timeout_ms) {
       if (!reaped_[r] && pidfds_[r] >= 0) fds.push_back({pidfds_[r], POLLIN, 0});
     }
     int64_t sleep_ms = std::min<int64_t>(deadline.remaining_ms(), 100);
-    if (result.first_failed >= 0 && !dumped)
-      sleep_ms = std::min(sleep_ms, grace_end.remaining_ms());
+    if (grace_started && !dumped) sleep_ms = std::min(sleep_ms, grace_end.remaining_ms());
     poll(fds.data(), fds.size(), static_cast<int>(std::max<int64_t>(sleep_ms, 1)));
   }
   return result;
 }
 
-}  // namespace kiln::comm
+}  // namespace kiln::launch
