@@ -140,6 +140,11 @@ train::TrainOverrides overrides_of(const TrainFlags& f) {
 }
 
 int run_train(const TrainFlags& flags, const GlobalOptions& globals) {
+  // The weights are exported after the whole run: a directory that is not there fails now.
+  if (!flags.export_path.empty()) {
+    Status s = check_output_path("--export", flags.export_path);
+    if (!s.ok()) return report_error("train", s);
+  }
   if (flags.nproc > 1 && !launched_as_rank()) return run_launcher(flags, globals);
   std::shared_ptr<LogSink> sink = open_log_sink(globals);
   if (!sink) return kExitBadInput;
