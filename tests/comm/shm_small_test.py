@@ -2,9 +2,9 @@
 fail at start-up with a message naming the bytes needed and the space free, not with SIGBUS.
 
 Each test mounts a 256 KiB tmpfs over /dev/shm in a private mount namespace (`unshare -m`, root
-only), so the rest of the machine never sees it. Two ranks need 512 KiB of inbox each
-(docs/comm.md: 8 slots of 64 KiB per peer). Without root or unshare the test fails under CI
-(CI=true) and skips elsewhere, loudly.
+only), so the rest of the machine never sees it. Each of two ranks needs an inbox of about
+1 MiB (docs/comm.md: 8 slots of 64 KiB per direction and peer). Without root or unshare the test
+fails under CI (CI=true) and skips elsewhere, loudly.
 """
 import os
 import shutil
