@@ -27,6 +27,9 @@
 
 if(NOT CMAKE_SCRIPT_MODE_FILE)
 
+# Several libraries include this file (obs, comm); define the targets' helpers once.
+include_guard(GLOBAL)
+
 find_program(KILN_CLANGXX NAMES clang++ clang++-14 DOC "clang++ for libFuzzer targets")
 if(KILN_CLANGXX)
   message(STATUS "kiln: fuzz targets ✓ (${KILN_CLANGXX})")

@@ -13,23 +13,36 @@
 #include <nlohmann/json.hpp>
 
 #include <array>
+#include <filesystem>
+#include <mutex>
 #include <ostream>
+#include <system_error>
 
 namespace kiln {
 
 struct LogSink::Impl {
   std::shared_ptr<spdlog::logger> logger;
+  std::string where;  // "stderr" or the file's path, for write errors
+  std::mutex mu;
+  std::string write_error;  // GUARDED_BY(mu): the first failed write, empty while none failed
 };
 
 namespace {
 
 constexpr std::array<std::string_view, 5> kLevelNames = {"debug", "info", "warn", "error", "off"};
 
-std::shared_ptr<spdlog::logger> make_logger(spdlog::sink_ptr sink) {
+// REQUIRES: `impl` outlives the logger (it owns it).
+std::shared_ptr<spdlog::logger> make_logger(spdlog::sink_ptr sink, LogSink::Impl* impl) {
   auto logger = std::make_shared<spdlog::logger>("kiln", std::move(sink));
   logger->set_pattern("%v");                // the line is complete JSON already
   logger->set_level(spdlog::level::trace);  // LogSink filters before formatting
   logger->flush_on(spdlog::level::trace);   // flush every line: a SIGKILL loses nothing logged
+  // spdlog catches its own write and flush errors and hands them here (its default prints them
+  // to stderr and carries on); keep the first for write_status().
+  logger->set_error_handler([impl](const std::string& message) {
+    std::lock_guard lock(impl->mu);
+    if (impl->write_error.empty()) impl->write_error = message;
+  });
   return logger;
 }
 
@@ -68,11 +81,21 @@ LogSink::~LogSink() = default;
 Result<std::shared_ptr<LogSink>> LogSink::open(const LogOptions& options) {
   auto impl = std::make_unique<Impl>();
   if (options.file_path.empty()) {
-    impl->logger = make_logger(std::make_shared<spdlog::sinks::stderr_sink_mt>());
+    impl->where = "stderr";
+    impl->logger = make_logger(std::make_shared<spdlog::sinks::stderr_sink_mt>(), impl.get());
   } else {
+    impl->where = "log file " + options.file_path;
+    // spdlog creates missing directories; a typo in the path should be an error instead.
+    const std::filesystem::path parent = std::filesystem::path(options.file_path).parent_path();
+    std::error_code ec;
+    if (!parent.empty() && !std::filesystem::is_directory(parent, ec)) {
+      return Status::io_error("log file " + options.file_path + ": directory " + parent.string() +
+                              " does not exist (it is not created)");
+    }
     try {
       impl->logger = make_logger(std::make_shared<spdlog::sinks::basic_file_sink_mt>(
-          options.file_path, /*truncate=*/false));
+                                     options.file_path, /*truncate=*/false),
+                                 impl.get());
     } catch (const spdlog::spdlog_ex& e) {
       return Status::io_error("log file " + options.file_path + ": " + e.what());
     }
@@ -82,7 +105,9 @@ Result<std::shared_ptr<LogSink>> LogSink::open(const LogOptions& options) {
 
 std::shared_ptr<LogSink> LogSink::to_stream(std::ostream& out, LogLevel level) {
   auto impl = std::make_unique<Impl>();
-  impl->logger = make_logger(std::make_shared<spdlog::sinks::ostream_sink_mt>(out, true));
+  impl->where = "stream";
+  impl->logger =
+      make_logger(std::make_shared<spdlog::sinks::ostream_sink_mt>(out, true), impl.get());
   return std::shared_ptr<LogSink>(new LogSink(std::move(impl), level));
 }
 
@@ -94,11 +119,20 @@ void LogSink::set_level(LogLevel level) {
 }
 
 void LogSink::write_line(std::string_view line) {
-  // spdlog's own I/O errors surface as exceptions; a log line is never worth crashing for.
+  // spdlog reports its I/O errors to the error handler; anything else it throws is kept the same
+  // way: a log line is never worth crashing for.
   try {
     impl_->logger->log(spdlog::level::info, "{}", line);
-  } catch (...) {
+  } catch (const std::exception& e) {
+    std::lock_guard lock(impl_->mu);
+    if (impl_->write_error.empty()) impl_->write_error = e.what();
   }
+}
+
+Status LogSink::write_status() const {
+  std::lock_guard lock(impl_->mu);
+  if (impl_->write_error.empty()) return Status();
+  return Status::io_error(impl_->where + ": log lines were lost: " + impl_->write_error);
 }
 
 std::string format_log_line(int64_t wall_ns, LogLevel level, std::string_view component,

@@ -10,6 +10,9 @@
 
 #include <immintrin.h>
 
+#include <string>
+#include <system_error>
+
 namespace kiln {
 namespace {
 
@@ -20,10 +23,33 @@ constexpr int64_t kSpinNs = 50'000;
 
 }  // namespace
 
-ThreadPool::ThreadPool(int threads) {
+Status ThreadPool::start_helpers(int threads) {
   KILN_CHECK_GE(threads, 1);
-  for (int t = 1; t < threads; ++t)
-    helpers_.emplace_back([this, t] { helper_loop(t); });
+  helpers_.reserve(static_cast<size_t>(threads - 1));
+  for (int t = 1; t < threads; ++t) {
+    try {
+      helpers_.emplace_back([this, t] { helper_loop(t); });
+    } catch (const std::system_error& e) {
+      return Status::unavailable(
+          "thread pool of " + std::to_string(threads) + " threads: cannot start thread " +
+          std::to_string(t + 1) + ": " + e.what() +
+          " (the limit on processes and threads, ulimit -u, or on memory, ulimit -v, is "
+          "reached: ask for fewer threads)");
+    }
+  }
+  return Status();
+}
+
+Result<std::unique_ptr<ThreadPool>> ThreadPool::create(int threads) {
+  std::unique_ptr<ThreadPool> pool(new ThreadPool(Unstarted{}));
+  Status started = pool->start_helpers(threads);
+  if (!started.ok()) return started;  // the pool's destructor joins the helpers it started
+  return pool;
+}
+
+ThreadPool::ThreadPool(int threads) {
+  Status started = start_helpers(threads);
+  KILN_CHECK(started.ok()) << started.message();
 }
 
 ThreadPool::~ThreadPool() {

@@ -5,7 +5,12 @@
 
 #include <nlohmann/json.hpp>
 
+#include <charconv>
+#include <cmath>
+#include <cstdint>
 #include <iostream>
+#include <string>
+#include <system_error>
 
 #include "cli/command.h"
 #include "cli/signals.h"
@@ -77,7 +82,23 @@ Command add_agent_command(CLI::App& parent) {
       ->check(CLI::Range(0, 65535));
   app->add_option("--metrics-bind", flags->metrics_bind, "address to serve on (default 127.0.0.1)");
   app->add_option("--duration-s", flags->duration_s, "stop after this many seconds")
-      ->check(CLI::NonNegativeNumber);
+      ->check(CLI::Validator(
+          [](std::string& text) -> std::string {
+            // CLI11's NonNegativeNumber lets nan through (nan < 0 is false), which ran for ever,
+            // and inf overflows the deadline's milliseconds. A century of seconds is plenty.
+            constexpr double kDurationSecondsMax = 100.0 * 365 * 24 * 3600;
+            double v = 0;
+            const char* end = text.data() + text.size();
+            const auto [ptr, ec] = std::from_chars(text.data(), end, v);
+            if (ec != std::errc() || ptr != end || !std::isfinite(v) || v < 0 ||
+                v > kDurationSecondsMax) {
+              return "--duration-s must be a number of seconds from 0 to " +
+                     std::to_string(static_cast<int64_t>(kDurationSecondsMax)) + ", not '" + text +
+                     "'";
+            }
+            return std::string();
+          },
+          "SECONDS"));
   app->add_flag("--json", flags->json, "print JSON lines when serving and stopping");
   return {app, [flags](const GlobalOptions& globals) { return run_agent(*flags, globals); }};
 }

@@ -51,6 +51,37 @@ Result<comm::OpKind> parse_op(const std::string& name) {
   return Status::invalid_argument("--op: unknown op '" + name + "'");
 }
 
+// The benchmark's options from the flags, each error naming its flag; validated the same way
+// run_comm_bench does. The launcher calls it before it starts any rank, so a typo is one
+// message and exit 2, not one message per rank after all of them started.
+Result<comm::BenchOptions> bench_options(const CommBenchFlags& f) {
+  comm::BenchOptions b;
+  KILN_ASSIGN_OR_RETURN(b.op, parse_op(f.op));
+  Result<comm::DataType> dtype = comm::parse_dtype(f.dtype);
+  if (!dtype.ok()) return dtype.status().with_context("--dtype");
+  Result<comm::ReduceOp> reduce = comm::parse_reduce_op(f.reduce);
+  if (!reduce.ok()) return reduce.status().with_context("--reduce");
+  Result<size_t> min_bytes = parse_bytes(f.min_bytes);
+  if (!min_bytes.ok()) return min_bytes.status().with_context("--min-bytes");
+  Result<size_t> max_bytes = parse_bytes(f.max_bytes);
+  if (!max_bytes.ok()) return max_bytes.status().with_context("--max-bytes");
+  Result<size_t> check_bytes_max = parse_bytes(f.check_bytes_max);
+  if (!check_bytes_max.ok()) return check_bytes_max.status().with_context("--check-bytes-max");
+  Result<comm::Algorithm> algorithm = comm::parse_algorithm(f.algorithm);
+  if (!algorithm.ok()) return algorithm.status().with_context("--algorithm");
+  b.dtype = *dtype;
+  b.reduce = *reduce;
+  b.min_bytes = *min_bytes;
+  b.max_bytes = *max_bytes;
+  b.check_bytes_max = *check_bytes_max;
+  b.iters = f.iters;
+  b.warmup = f.warmup;
+  b.in_place = f.in_place;
+  b.transport_name = f.transport;
+  KILN_RETURN_IF_ERROR(comm::validate_bench_options(b));
+  return b;
+}
+
 void print_row(const comm::BenchRow& row, bool json) {
   if (json) {
     std::cout << comm::bench_row_json(row) << std::endl;
@@ -106,27 +137,9 @@ int run_worker(const CommBenchFlags& f, const GlobalOptions& g) {
     }
   });
 
-  comm::BenchOptions b;
-  Result<comm::OpKind> op = parse_op(f.op);
-  Result<comm::DataType> dtype = comm::parse_dtype(f.dtype);
-  Result<comm::ReduceOp> reduce = comm::parse_reduce_op(f.reduce);
-  Result<size_t> min_bytes = parse_bytes(f.min_bytes);
-  Result<size_t> max_bytes = parse_bytes(f.max_bytes);
-  Result<size_t> check_bytes_max = parse_bytes(f.check_bytes_max);
-  for (const Status& s : {op.status(), dtype.status(), reduce.status(), min_bytes.status(),
-                          max_bytes.status(), check_bytes_max.status()}) {
-    if (!s.ok()) return report_error("comm-bench", s);
-  }
-  b.op = *op;
-  b.dtype = *dtype;
-  b.reduce = *reduce;
-  b.min_bytes = *min_bytes;
-  b.max_bytes = *max_bytes;
-  b.check_bytes_max = *check_bytes_max;
-  b.iters = f.iters;
-  b.warmup = f.warmup;
-  b.in_place = f.in_place;
-  b.transport_name = f.transport;
+  Result<comm::BenchOptions> options = bench_options(f);
+  if (!options.ok()) return report_error("comm-bench", options.status());
+  const comm::BenchOptions& b = *options;
   const bool printer = env->rank == 0;
   if (printer && !f.json) {
     std::cout << "# " << f.op << " " << f.dtype << " " << f.reduce << ", " << f.ranks << " ranks, "
@@ -151,6 +164,8 @@ int run_worker(const CommBenchFlags& f, const GlobalOptions& g) {
 }
 
 int run_launcher(const CommBenchFlags& f, const GlobalOptions& g) {
+  Result<comm::BenchOptions> options = bench_options(f);
+  if (!options.ok()) return report_error("comm-bench", options.status());
   // Before any thread: the launcher forwards these to its ranks.
   SignalThread signals({SIGINT, SIGTERM, SIGUSR1});
   std::shared_ptr<LogSink> sink = open_log_sink(g);

@@ -40,16 +40,22 @@ struct EncodeOptions {
   bool json = false;
 };
 
-// `ids` as a compact JSON array, written straight to stdout: millions of ids would cost a JSON
-// value each in nlohmann::json.
+// `ids` as a compact JSON array, written straight to stdout in blocks: millions of ids would cost
+// a JSON value each in nlohmann::json, and one string of them all 6 bytes per id.
 void print_ids(const std::vector<uint32_t>& ids) {
+  // 64 KiB blocks: few writes, a bounded buffer.
+  constexpr size_t kBlockBytes = size_t{64} << 10;
   std::string out = "[";
-  out.reserve(ids.size() * 6 + 2);  // ids are at most 5 digits, plus a comma each
+  out.reserve(kBlockBytes + 16);
   char digits[16];
   for (size_t i = 0; i < ids.size(); ++i) {
     if (i > 0) out.push_back(',');
     const auto [end, ec] = std::to_chars(digits, digits + sizeof(digits), ids[i]);
     out.append(digits, end);
+    if (out.size() >= kBlockBytes) {
+      std::fwrite(out.data(), 1, out.size(), stdout);
+      out.clear();
+    }
   }
   out.push_back(']');
   std::fwrite(out.data(), 1, out.size(), stdout);

@@ -46,8 +46,9 @@ int run_ops_bench_command(const OpsBenchOptions& o) {
   spec.iters = o.iters;
   spec.warmup = o.warmup;
 
-  ThreadPool pool(o.threads);
-  Result<ops::Context> ctx = ops::make_cpu_context(&pool);
+  Result<std::unique_ptr<ThreadPool>> pool = ThreadPool::create(o.threads);
+  if (!pool.ok()) return report_error("ops-bench", pool.status().with_context("--threads"));
+  Result<ops::Context> ctx = ops::make_cpu_context(pool->get());
   if (!ctx.ok()) return report_error("ops-bench", ctx.status());
   if (!o.isa.empty()) {
     Result<CpuIsa> isa = parse_cpu_isa(o.isa);

@@ -89,9 +89,10 @@ int run_ops_check_command(const OpsCheckOptions& options) {
   const int threads = options.threads > 0
                           ? options.threads
                           : std::max(1, static_cast<int>(std::thread::hardware_concurrency()));
-  ThreadPool pool(threads);
+  Result<std::unique_ptr<ThreadPool>> pool = ThreadPool::create(threads);
+  if (!pool.ok()) return report_error("ops-check", pool.status().with_context("--threads"));
   const std::vector<ops::OpCheckRow> rows =
-      ops::run_ops_check(isas, threads > 1 ? &pool : nullptr, options.seed);
+      ops::run_ops_check(isas, threads > 1 ? pool->get() : nullptr, options.seed);
   bool all_ok = true;
   for (const ops::OpCheckRow& row : rows) {
     all_ok &= row.ok;

@@ -81,8 +81,9 @@ int run_sample(const SampleFlags& flags, const GlobalOptions& globals) {
   const int threads = flags.threads > 0
                           ? flags.threads
                           : std::max(1, static_cast<int>(std::thread::hardware_concurrency()));
-  ThreadPool pool(threads);
-  Result<ops::Context> ctx = ops::make_cpu_context(&pool);
+  Result<std::unique_ptr<ThreadPool>> pool = ThreadPool::create(threads);
+  if (!pool.ok()) return report_error("sample", pool.status().with_context("--threads"));
+  Result<ops::Context> ctx = ops::make_cpu_context(pool->get());
   if (!ctx.ok()) return report_error("sample", ctx.status());
   log.info("sampling", {{"weights", flags.weights_path},
                         {"params", model->num_params()},

@@ -231,7 +231,12 @@ int run_rank(const TrainFlags& flags, const GlobalOptions& globals, SignalThread
 }
 
 int run_train(const TrainFlags& flags, const GlobalOptions& globals) {
-  // First, before any thread: every thread inherits the mask, so only the signal thread takes
+  // The weights are exported after the whole run: a directory that is not there fails now.
+  if (!flags.export_path.empty()) {
+    Status s = check_output_path("--export", flags.export_path);
+    if (!s.ok()) return report_error("train", s);
+  }
+  // Then, before any thread: every thread inherits the mask, so only the signal thread takes
   // these (a launcher forwards them to its ranks, a rank stops or dumps).
   SignalThread signals({SIGINT, SIGTERM, SIGUSR1});
   if (flags.nproc > 1 && !launched_as_rank()) return run_launcher(flags, globals, &signals);

@@ -53,6 +53,10 @@ Command add_decode_command(CLI::App& parent);
 // null; the caller exits with kExitBadInput.
 std::shared_ptr<LogSink> open_log_sink(const GlobalOptions& options);
 
+// OK, or the first write error of any sink open_log_sink() opened in this process (a log on a
+// full disk). main() checks it after the command: a run whose log was lost exits non-zero.
+Status log_write_status();
+
 // Parses a byte count with an optional binary suffix: "8", "4K", "1M", "64M", "2G".
 Result<size_t> parse_bytes(const std::string& text);
 
@@ -62,6 +66,11 @@ Result<std::string> read_stdin(size_t limit);
 
 // The absolute path of the running kiln binary, for launching ranks of itself.
 std::string self_executable();
+
+// OK if a file can be created at `path`: its directory exists, is a directory and is writable.
+// Else kInvalidArgument naming `flag`, the path and what is wrong. For outputs written only at
+// the end of a long run (--export), checked at its start.
+Status check_output_path(const std::string& flag, const std::string& path);
 
 // Prints `status` as "kiln <command>: <message>" to stderr and returns the exit code for it.
 int report_error(const std::string& command, const Status& status);

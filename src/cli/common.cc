@@ -7,11 +7,34 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
+#include <filesystem>
 #include <iostream>
+#include <system_error>
+#include <vector>
 
 #include "cli/command.h"
 
 namespace kiln::cli {
+
+namespace {
+
+// Every sink open_log_sink() handed out, kept until the process ends so that main() can ask
+// whether a write failed after the command dropped its own reference. A process opens one or
+// two.
+std::vector<std::shared_ptr<LogSink>>& opened_sinks() {
+  static std::vector<std::shared_ptr<LogSink>> sinks;
+  return sinks;
+}
+
+}  // namespace
+
+Status log_write_status() {
+  for (const std::shared_ptr<LogSink>& sink : opened_sinks()) {
+    Status s = sink->write_status();
+    if (!s.ok()) return s;
+  }
+  return Status();
+}
 
 std::shared_ptr<LogSink> open_log_sink(const GlobalOptions& options) {
   Result<LogLevel> level = parse_log_level(options.log_level);
@@ -27,6 +50,7 @@ std::shared_ptr<LogSink> open_log_sink(const GlobalOptions& options) {
     std::cerr << "kiln: --log-file: " << sink.status().message() << "\n";
     return nullptr;
   }
+  opened_sinks().push_back(*sink);
   return *sink;
 }
 
@@ -63,6 +87,28 @@ std::string self_executable() {
   if (n <= 0) return "kiln";
   path[n] = '\0';
   return path;
+}
+
+Status check_output_path(const std::string& flag, const std::string& path) {
+  std::filesystem::path dir = std::filesystem::path(path).parent_path();
+  if (dir.empty()) dir = ".";
+  std::error_code ec;
+  if (std::filesystem::is_directory(path, ec)) {
+    return Status::invalid_argument(flag + " " + path + ": is a directory, not a file name");
+  }
+  if (!std::filesystem::exists(dir, ec)) {
+    return Status::invalid_argument(flag + " " + path + ": directory " + dir.string() +
+                                    " does not exist");
+  }
+  if (!std::filesystem::is_directory(dir, ec)) {
+    return Status::invalid_argument(flag + " " + path + ": " + dir.string() +
+                                    " is not a directory");
+  }
+  if (::access(dir.c_str(), W_OK) != 0) {
+    return Status::invalid_argument(flag + " " + path + ": directory " + dir.string() +
+                                    " is not writable: " + std::strerror(errno));
+  }
+  return Status();
 }
 
 int report_error(const std::string& command, const Status& status) {

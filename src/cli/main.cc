@@ -2,10 +2,16 @@
 //
 // Thin on purpose: each subcommand's flags live in its own cmd_<name>.cc and everything it does
 // lives in a library.
+#include <sys/prctl.h>
 #include <unistd.h>
 
 #include <cstdlib>
+#include <exception>
+#include <filesystem>
 #include <iostream>
+#include <string>
+#include <string_view>
+#include <system_error>
 #include <vector>
 
 #include "cli/command.h"
@@ -26,10 +32,58 @@ void ensure_openblas_starts_no_threads(char** argv) {
   // Only reached when the exec failed: carry on with OpenBLAS's threads idle beside ours.
 }
 
+// The kernel names a process after the file it executed, "exe" after the re-exec above, and
+// ps, top and pkill show that. Name it after the binary again (at most 15 bytes, the kernel's
+// limit). argv stays the user's, so `ps -f` shows the command line as typed.
+void name_process_after_binary() {
+  std::error_code ec;
+  const std::filesystem::path binary = std::filesystem::read_symlink("/proc/self/exe", ec);
+  if (ec) return;
+  const std::string name = binary.filename().string().substr(0, 15);
+  ::prctl(PR_SET_NAME, name.c_str(), 0, 0, 0);
+}
+
+// Last resort for an exception that escaped into std::terminate: a thread that could not be
+// started where no adapter catches it (every --threads pool does, see ThreadPool::create) says
+// so and exits 1 instead of aborting with a core dump and a bare "terminate called".
+[[noreturn]] void report_uncaught_exception() {
+  try {
+    if (std::exception_ptr e = std::current_exception()) std::rethrow_exception(e);
+    std::cerr << "kiln: fatal: std::terminate without an exception\n";
+  } catch (const std::system_error& e) {
+    std::cerr << "kiln: fatal: " << e.what() << " (a thread or resource could not be created: "
+              << "the limit on processes and threads, ulimit -u, or on memory, ulimit -v, is "
+              << "reached)\n";
+  } catch (const std::exception& e) {
+    std::cerr << "kiln: fatal: uncaught exception: " << e.what() << "\n";
+  } catch (...) {
+    std::cerr << "kiln: fatal: uncaught exception of unknown type\n";
+  }
+  std::_Exit(kiln::cli::kExitFailure);
+}
+
+// The first word of argv that is neither a global flag nor its value: the subcommand the user
+// meant, or empty. CLI11 reports an unknown one as "A subcommand is required", which does not
+// say what was wrong.
+std::string first_command_word(int argc, char** argv) {
+  for (int i = 1; i < argc; ++i) {
+    const std::string_view arg = argv[i];
+    if (arg == "--log-level" || arg == "--log-file") {
+      ++i;  // its value
+      continue;
+    }
+    if (arg.starts_with("-")) continue;
+    return std::string(arg);
+  }
+  return "";
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   ensure_openblas_starts_no_threads(argv);
+  name_process_after_binary();
+  std::set_terminate(report_uncaught_exception);
   using kiln::cli::Command;
   CLI::App app{
       "Kiln: infrastructure for training large models across many machines.\n"
@@ -52,6 +106,20 @@ int main(int argc, char** argv) {
       kiln::cli::add_tokenize_command(app),   kiln::cli::add_encode_command(app),
       kiln::cli::add_decode_command(app),     kiln::cli::add_ckpt_command(app),
   };
+  const std::string word = first_command_word(argc, argv);
+  if (!word.empty()) {
+    std::string names;
+    bool known = false;
+    for (const Command& command : commands) {
+      known |= command.app->get_name() == word;
+      names += (names.empty() ? "" : ", ") + command.app->get_name();
+    }
+    if (!known) {
+      std::cerr << "kiln: unknown command '" << word << "'; the commands are: " << names
+                << "\nRun `kiln --help` for what each does.\n";
+      return kiln::cli::kExitBadInput;
+    }
+  }
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -60,7 +128,15 @@ int main(int argc, char** argv) {
     return printed == 0 ? kiln::cli::kExitOk : kiln::cli::kExitBadInput;
   }
   for (const Command& command : commands) {
-    if (command.app->parsed()) return command.run(globals);
+    if (!command.app->parsed()) continue;
+    int rc = command.run(globals);
+    // A log that could not be written (a full disk, /dev/full) fails the run.
+    const kiln::Status logged = kiln::cli::log_write_status();
+    if (!logged.ok()) {
+      std::cerr << "kiln " << command.app->get_name() << ": " << logged.to_string() << "\n";
+      if (rc == kiln::cli::kExitOk) rc = kiln::cli::kExitFailure;
+    }
+    return rc;
   }
   std::cerr << app.help();
   return kiln::cli::kExitBadInput;

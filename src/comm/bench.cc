@@ -5,6 +5,7 @@
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
+#include <cstdint>
 #include <cstring>
 
 #include "comm/typed_values.h"
@@ -154,15 +155,40 @@ double bus_factor(OpKind op, int n) {
   }
 }
 
+Status validate_bench_options(const BenchOptions& o) {
+  if (!supported(o.op)) {
+    return Status::invalid_argument("--op " + std::string(op_kind_name(o.op)) +
+                                    ": comm-bench does not benchmark it (allreduce, "
+                                    "reduce_scatter, allgather, broadcast, reduce, all_to_all)");
+  }
+  if (o.iters < 1) {
+    return Status::invalid_argument("--iters " + std::to_string(o.iters) + ": must be at least 1");
+  }
+  if (o.warmup < 0) {
+    return Status::invalid_argument("--warmup " + std::to_string(o.warmup) +
+                                    ": must be at least 0");
+  }
+  if (o.min_bytes < 1) {
+    return Status::invalid_argument("--min-bytes " + std::to_string(o.min_bytes) +
+                                    ": must be at least 1");
+  }
+  if (o.max_bytes < o.min_bytes) {
+    return Status::invalid_argument("--max-bytes " + std::to_string(o.max_bytes) +
+                                    ": must be at least --min-bytes (" +
+                                    std::to_string(o.min_bytes) + ")");
+  }
+  // Sizes double from min_bytes while they stay at most max_bytes; a max_bytes within a factor
+  // 2 of SIZE_MAX would wrap the doubling around and never end.
+  if (o.max_bytes > (SIZE_MAX >> 1)) {
+    return Status::invalid_argument("--max-bytes " + std::to_string(o.max_bytes) +
+                                    ": too large (at most " + std::to_string(SIZE_MAX >> 1) + ")");
+  }
+  return Status();
+}
+
 Result<std::vector<BenchRow>> run_comm_bench(Communicator& comm, const BenchOptions& o,
                                              FunctionRef<void(const BenchRow&)> on_row) {
-  if (!supported(o.op)) {
-    return Status::invalid_argument("comm-bench does not benchmark " +
-                                    std::string(op_kind_name(o.op)));
-  }
-  if (o.iters < 1 || o.warmup < 0 || o.min_bytes < 1 || o.min_bytes > o.max_bytes) {
-    return Status::invalid_argument("comm-bench: need iters >= 1 and 1 <= min_bytes <= max_bytes");
-  }
+  KILN_RETURN_IF_ERROR(validate_bench_options(o));
   const int n = comm.world_size();
   const int rank = comm.rank();
   const size_t e = dtype_size(o.dtype);

@@ -5,8 +5,16 @@
 #include <httplib.h>
 #include <nlohmann/json.hpp>
 
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
 #include <atomic>
+#include <chrono>
 #include <stdexcept>
+#include <thread>
+#include <vector>
 
 namespace kiln::obs {
 namespace {
@@ -78,6 +86,188 @@ TEST(HttpServerTest, OversizedBodiesAreRefused) {
   ASSERT_TRUE(res);
   EXPECT_EQ(res->status, 413);
   EXPECT_EQ(calls.load(), 0);
+}
+
+// A raw TCP connection to 127.0.0.1:port; -1 on failure. Reads time out after 5 s.
+int connect_raw(int port) {
+  const int fd = socket(AF_INET, SOCK_STREAM, 0);
+  if (fd < 0) return -1;
+  timeval tv{5, 0};
+  setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_port = htons(static_cast<uint16_t>(port));
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  if (connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) {
+    close(fd);
+    return -1;
+  }
+  return fd;
+}
+
+// Everything the server sends until it closes or 5 s pass.
+std::string read_all(int fd) {
+  std::string got;
+  char buf[4096];
+  while (true) {
+    const ssize_t n = recv(fd, buf, sizeof(buf), 0);
+    if (n <= 0) return got;
+    got.append(buf, static_cast<size_t>(n));
+  }
+}
+
+// Seconds one GET /healthz takes on a fresh connection; -1 when it fails (3 s client timeout).
+double healthz_seconds(int port) {
+  httplib::Client client("127.0.0.1", port);
+  client.set_connection_timeout(std::chrono::seconds(3));
+  client.set_read_timeout(std::chrono::seconds(3));
+  const auto start = std::chrono::steady_clock::now();
+  auto res = client.Get("/healthz");
+  if (!res || res->status != 200) return -1;
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+}
+
+void add_healthz(HttpServer& server) {
+  server.get("/healthz", [](const HttpRequest&) { return HttpResponse{200, "text/plain", "ok"}; });
+}
+
+// 20 connections that never send a byte held all 4 of httplib's workers for its 5 s keep-alive
+// wait each: /healthz answered after 25 s.
+TEST(HttpServerTest, IdleConnectionsDoNotStarveOthers) {
+  HttpServer server(HttpServerOptions{});
+  add_healthz(server);
+  ASSERT_TRUE(server.start().ok());
+  std::vector<int> idle;
+  for (int i = 0; i < 20; ++i) {
+    const int fd = connect_raw(server.port());
+    ASSERT_GE(fd, 0);
+    idle.push_back(fd);
+  }
+  const double seconds = healthz_seconds(server.port());
+  for (int fd : idle)
+    close(fd);
+  EXPECT_GE(seconds, 0) << "/healthz failed with 20 idle connections open";
+  EXPECT_LT(seconds, 2.0);
+}
+
+// Four clients each sending one byte of a request every 200 ms held all four workers as long
+// as they kept sending (httplib's read timeout restarts with every byte).
+TEST(HttpServerTest, SlowClientsDoNotStarveOthers) {
+  HttpServer server(HttpServerOptions{});
+  add_healthz(server);
+  ASSERT_TRUE(server.start().ok());
+  const std::string request = "GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n";
+  std::atomic<bool> done{false};
+  std::vector<std::thread> loris;
+  for (int i = 0; i < 4; ++i) {
+    loris.emplace_back([&, port = server.port()] {
+      const int fd = connect_raw(port);
+      if (fd < 0) return;
+      // Bounded: at most 20 bytes (4 s), fewer once the measurement is over.
+      for (size_t b = 0; b < 20 && !done.load(); ++b) {
+        if (send(fd, request.data() + b, 1, MSG_NOSIGNAL) != 1) break;
+        std::this_thread::sleep_for(std::chrono::milliseconds(200));
+      }
+      close(fd);
+    });
+  }
+  std::this_thread::sleep_for(std::chrono::milliseconds(500));
+  const double seconds = healthz_seconds(server.port());
+  done = true;
+  for (std::thread& t : loris)
+    t.join();
+  EXPECT_GE(seconds, 0) << "/healthz failed with 4 slow clients open";
+  EXPECT_LT(seconds, 2.0);
+}
+
+TEST(HttpServerTest, ARequestThatDoesNotArriveInTimeIsAnswered408) {
+  HttpServerOptions options;
+  options.request_timeout_ms = 200;
+  HttpServer server(options);
+  add_healthz(server);
+  ASSERT_TRUE(server.start().ok());
+  const int fd = connect_raw(server.port());
+  ASSERT_GE(fd, 0);
+  ASSERT_EQ(send(fd, "GET /hea", 8, MSG_NOSIGNAL), 8);
+  const auto start = std::chrono::steady_clock::now();
+  const std::string got = read_all(fd);
+  const double seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  close(fd);
+  EXPECT_EQ(got.rfind("HTTP/1.1 408", 0), 0u) << got;
+  EXPECT_LT(seconds, 2.0);
+}
+
+TEST(HttpServerTest, AnIdleConnectionIsClosedAfterTheIdleTimeout) {
+  HttpServerOptions options;
+  options.idle_timeout_ms = 200;
+  HttpServer server(options);
+  add_healthz(server);
+  ASSERT_TRUE(server.start().ok());
+  const int fd = connect_raw(server.port());
+  ASSERT_GE(fd, 0);
+  const auto start = std::chrono::steady_clock::now();
+  EXPECT_EQ(read_all(fd), "");
+  EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count(), 2.0);
+  close(fd);
+}
+
+TEST(HttpServerTest, ConnectionsBeyondTheLimitAreAnswered503) {
+  HttpServerOptions options;
+  options.connections_max = 2;
+  HttpServer server(options);
+  add_healthz(server);
+  ASSERT_TRUE(server.start().ok());
+  const int a = connect_raw(server.port());
+  const int b = connect_raw(server.port());
+  ASSERT_GE(a, 0);
+  ASSERT_GE(b, 0);
+  // Both accepted before the third arrives: one request on each proves it.
+  for (int fd : {a, b}) {
+    const std::string req = "GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n";
+    ASSERT_EQ(send(fd, req.data(), req.size(), MSG_NOSIGNAL), static_cast<ssize_t>(req.size()));
+    char buf[512];
+    ASSERT_GT(recv(fd, buf, sizeof(buf), 0), 0);
+  }
+  const int c = connect_raw(server.port());
+  ASSERT_GE(c, 0);
+  const std::string got = read_all(c);
+  EXPECT_EQ(got.rfind("HTTP/1.1 503", 0), 0u) << got;
+  for (int fd : {a, b, c})
+    close(fd);
+}
+
+TEST(HttpServerTest, PipelinedRequestsAreAnsweredInOrder) {
+  HttpServer server(HttpServerOptions{});
+  server.get("/a", [](const HttpRequest&) { return HttpResponse{200, "text/plain", "first"}; });
+  server.get("/b", [](const HttpRequest&) { return HttpResponse{200, "text/plain", "second"}; });
+  ASSERT_TRUE(server.start().ok());
+  const int fd = connect_raw(server.port());
+  ASSERT_GE(fd, 0);
+  const std::string reqs =
+      "GET /a HTTP/1.1\r\nHost: x\r\n\r\nGET /b HTTP/1.1\r\nHost: x\r\nConnection: "
+      "close\r\n\r\n";
+  ASSERT_EQ(send(fd, reqs.data(), reqs.size(), MSG_NOSIGNAL), static_cast<ssize_t>(reqs.size()));
+  const std::string got = read_all(fd);
+  close(fd);
+  const size_t first = got.find("first");
+  const size_t second = got.find("second");
+  ASSERT_NE(first, std::string::npos) << got;
+  ASSERT_NE(second, std::string::npos) << got;
+  EXPECT_LT(first, second);
+}
+
+TEST(HttpServerTest, ChunkedBodiesAreAnswered411) {
+  HttpServer server(HttpServerOptions{});
+  add_healthz(server);
+  ASSERT_TRUE(server.start().ok());
+  const int fd = connect_raw(server.port());
+  ASSERT_GE(fd, 0);
+  const std::string req = "POST /healthz HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n";
+  ASSERT_EQ(send(fd, req.data(), req.size(), MSG_NOSIGNAL), static_cast<ssize_t>(req.size()));
+  const std::string got = read_all(fd);
+  close(fd);
+  EXPECT_EQ(got.rfind("HTTP/1.1 411", 0), 0u) << got;
 }
 
 TEST(HttpServerTest, BindingAPortInUseNamesTheAddress) {

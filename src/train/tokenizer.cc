@@ -29,6 +29,29 @@ constexpr size_t kCachePiecesMax = size_t{1} << 16;
 // a bound keeps one piece from filling the id pool.
 constexpr size_t kCachePieceBytesMax = 64;
 
+// BPE merges at most this many bytes at once. GPT-2's encoder merges each piece whole, and so
+// does Kiln for every piece up to this length, which natural text never reaches (the longest
+// piece of the SOTU corpus is a few dozen bytes; a run of 256 K letters with no space, digit or
+// punctuation is not prose). A longer piece (one 300 MB "word") is merged in windows of this
+// length, each cut at a UTF-8 character boundary: its ids differ from GPT-2's near the cuts, and
+// it still decodes to itself. The bound keeps bpe_encode's scratch (88 bytes per byte: 16 for
+// the symbol, up to 3 heap entries of 24) at 22 MiB; merging such a piece whole took 58 bytes
+// of memory per input byte and ended in bad_alloc, and GPT-2's own quadratic loop would not
+// finish.
+constexpr size_t kBpeWindowBytesMax = size_t{256} << 10;
+
+// The longest prefix of `piece` of at most kBpeWindowBytesMax bytes that ends before a UTF-8
+// character starts, or at kBpeWindowBytesMax when no such start is near (invalid UTF-8).
+size_t bpe_window_bytes(std::string_view piece) {
+  if (piece.size() <= kBpeWindowBytesMax) return piece.size();
+  size_t cut = kBpeWindowBytesMax;
+  // A UTF-8 character has at most 3 continuation bytes (10xxxxxx).
+  for (int back = 0; back < 3 && (static_cast<uint8_t>(piece[cut]) & 0xC0) == 0x80; ++back)
+    --cut;
+  if ((static_cast<uint8_t>(piece[cut]) & 0xC0) == 0x80) cut = kBpeWindowBytesMax;
+  return cut;
+}
+
 // Everything one encode() call reuses from piece to piece.
 class EncodeState {
  public:
@@ -59,7 +82,11 @@ class EncodeState {
         continue;
       }
       const size_t before = out->size();
-      tok::bpe_encode(model_.merges, model_.byte_ids, piece, &scratch_, out);
+      for (std::string_view rest = piece; !rest.empty();) {
+        const size_t window = bpe_window_bytes(rest);
+        tok::bpe_encode(model_.merges, model_.byte_ids, rest.substr(0, window), &scratch_, out);
+        rest.remove_prefix(window);
+      }
       if (cached_.size() < kCachePiecesMax && piece.size() <= kCachePieceBytesMax) {
         cached_.push_back({piece, static_cast<uint32_t>(pool_.size()),
                            static_cast<uint32_t>(out->size() - before)});

@@ -99,7 +99,9 @@ Result<TrainSummary> train(const TrainConfig& config, const TrainerOptions& opti
         "train.grad_accum 1, not " +
         std::to_string(h.grad_accum));
   }
-  ThreadPool pool(h.threads);
+  Result<std::unique_ptr<ThreadPool>> pool_owner = ThreadPool::create(h.threads);
+  if (!pool_owner.ok()) return pool_owner.status().with_context("train.threads");
+  ThreadPool& pool = **pool_owner;
   ops::Workspace workspace;  // the ops' scratch: grows in the first step, reused after
   KILN_ASSIGN_OR_RETURN(ops::Context ctx, ops::make_cpu_context(&pool));
   ctx.workspace = &workspace;

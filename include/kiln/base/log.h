@@ -80,7 +80,7 @@ struct LogOptions {
 class LogSink {
  public:
   // Opens the sink the options describe. Fails (kIoError, naming the path) if the file cannot be
-  // opened for appending.
+  // opened for appending, its directory included: a missing directory is not created.
   static Result<std::shared_ptr<LogSink>> open(const LogOptions& options);
   // A sink that writes to `out`, which must outlive the sink (tests).
   static std::shared_ptr<LogSink> to_stream(std::ostream& out, LogLevel level);
@@ -93,11 +93,17 @@ class LogSink {
   void set_level(LogLevel level);
   bool enabled(LogLevel level) const { return static_cast<int>(level) >= level_.load(); }
 
-  // Writes one already-formatted line (no trailing newline).
+  // Writes one already-formatted line (no trailing newline). A failed write (a full disk,
+  // /dev/full) never throws or stops the caller; write_status() reports it.
   void write_line(std::string_view line);
 
+  // OK, or kIoError naming the file and the first write that failed. Thread-safe. A program
+  // checks it before it exits: a run whose log was lost did not succeed.
+  Status write_status() const;
+
+  struct Impl;  // defined in log.cc only
+
  private:
-  struct Impl;
   explicit LogSink(std::unique_ptr<Impl> impl, LogLevel level);
   std::unique_ptr<Impl> impl_;
   std::atomic<int> level_;

@@ -18,16 +18,25 @@
 #include <atomic>
 #include <condition_variable>
 #include <cstdint>
+#include <memory>
 #include <mutex>
 #include <thread>
 #include <vector>
 
 #include <kiln/base/function_ref.h>
+#include <kiln/base/result.h>
 
 namespace kiln {
 
 class ThreadPool {
  public:
+  // A pool of `threads` threads, or kUnavailable naming the thread that could not be started and
+  // the limits that usually cause it (a user's --threads 300 under ulimit -u or -v). Use this
+  // wherever the count comes from a user.
+  // REQUIRES: threads >= 1.
+  static Result<std::unique_ptr<ThreadPool>> create(int threads);
+
+  // As create(), for counts a program chose; a thread that cannot start is a check failure.
   // REQUIRES: threads >= 1.
   explicit ThreadPool(int threads);
   ~ThreadPool();
@@ -40,6 +49,10 @@ class ThreadPool {
   void parallel_for(int64_t tasks, FunctionRef<void(int64_t task, int thread)> fn);
 
  private:
+  struct Unstarted {};
+  explicit ThreadPool(Unstarted) {}
+  // Starts helpers 1..threads-1; on failure the ones started stay (the destructor joins them).
+  Status start_helpers(int threads);
   void helper_loop(int thread);
   void run_tasks(int thread);
 

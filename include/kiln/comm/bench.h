@@ -54,9 +54,15 @@ struct BenchRow {
 // The factor that turns algbw into busbw for `op` on `n` ranks.
 double bus_factor(OpKind op, int n);
 
+// OK, or kInvalidArgument naming the `kiln comm-bench` flag that is wrong (an op the benchmark
+// does not cover, --iters below 1, --min-bytes 0 or above --max-bytes). Pure: the launcher calls
+// it before it starts any rank.
+Status validate_bench_options(const BenchOptions& options);
+
 // Runs the sweep (sizes doubling from min_bytes to max_bytes) collectively; every rank gets the
-// same rows, and on_row is called for each as soon as it is measured. kInvalidArgument for an op
-// the benchmark does not cover; a failed collective aborts the sweep with its error.
+// same rows, and on_row is called for each as soon as it is measured. kInvalidArgument when
+// validate_bench_options() refuses the options; a failed collective aborts the sweep with its
+// error.
 Result<std::vector<BenchRow>> run_comm_bench(Communicator& comm, const BenchOptions& options,
                                              FunctionRef<void(const BenchRow&)> on_row);
 

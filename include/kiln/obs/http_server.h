@@ -2,8 +2,11 @@
 // later the coordinator's API. Handlers are plain functions from request to response; the
 // library's types stay private to src/obs/.
 //
-// Limits: every connection has read and write timeouts, request bodies have a maximum size, and
-// a fixed pool of worker threads serves requests (a slow client holds one worker, never more).
+// Limits: one event loop reads and writes every connection, and a fixed pool of workers runs the
+// handlers on complete requests only, so an idle or slow client holds a buffer, never a worker.
+// Every connection has deadlines (idle, whole request, whole answer), request heads and bodies
+// have maximum sizes, and at most connections_max connections are open (one more gets 503).
+// Request bodies need Content-Length (Transfer-Encoding is answered 411).
 #ifndef KILN_OBS_HTTP_SERVER_H_
 #define KILN_OBS_HTTP_SERVER_H_
 
@@ -38,12 +41,23 @@ struct HttpServerOptions {
   std::string bind_address = "127.0.0.1";
   // 0 picks a free port; port() says which.
   int port = 0;
-  int read_timeout_ms = 5000;
+  // A connection with no request under way closes after this (keep-alive idle time).
+  int idle_timeout_ms = 5000;
+  // A request must arrive whole within this of its first byte, however slowly its bytes come
+  // (a client sending one byte a second never holds a connection longer); answered 408.
+  // Prometheus' scrape timeout is 10 s.
+  int request_timeout_ms = 10000;
+  // The client must take the whole answer within this.
   int write_timeout_ms = 5000;
   // Requests with a larger body are refused with 413.
   size_t body_bytes_max = 1 << 20;
-  // Worker threads; a metrics endpoint needs few.
+  // Worker threads running handlers; they never wait on a client, so a metrics endpoint needs
+  // few.
   int threads = 4;
+  // Open connections at most; one more is answered 503 and closed. An idle connection costs a
+  // file descriptor and its buffer, no thread: a coordinator facing thousands of agents raises
+  // it (and the process's RLIMIT_NOFILE).
+  int connections_max = 512;
 };
 
 class HttpServer {

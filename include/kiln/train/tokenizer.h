@@ -8,7 +8,8 @@
 //
 // Encoding: the text is cut at every "<|endoftext|>" (when special tokens are allowed), each
 // part is pre-split with GPT-2's pattern (src/train/tokenizer_split.h), and each piece is
-// byte-pair encoded (src/train/tokenizer_bpe.h). Any byte string encodes, invalid UTF-8
+// byte-pair encoded (src/train/tokenizer_bpe.h); a piece over 256 KiB, which no prose has, is
+// merged in windows (src/train/tokenizer.cc says why). Any byte string encodes, invalid UTF-8
 // included: a byte that is not part of a valid UTF-8 character counts as punctuation in the
 // pre-split, and every byte has a token. decode(encode(x)) == x for every byte string x.
 //

@@ -4,6 +4,7 @@
 #include <fcntl.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
+#include <sys/statvfs.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -47,6 +48,24 @@ std::string errno_text() {
   return std::strerror(errno);
 }
 
+// Where shm_open() puts its segments on Linux (glibc).
+constexpr const char* kShmDir = "/dev/shm";
+
+// MiB, or KiB below one MiB (a test's 256 KiB tmpfs).
+std::string mib_text(uint64_t bytes) {
+  if (bytes < (uint64_t{1} << 20)) return std::to_string(bytes >> 10) + " KiB";
+  return std::to_string(bytes >> 20) + " MiB";
+}
+
+// "/dev/shm has 63 MiB free", or why that is unknown.
+std::string shm_free_text() {
+  struct statvfs vfs {};
+  if (statvfs(kShmDir, &vfs) != 0) return std::string(kShmDir) + ": " + errno_text();
+  const uint64_t free_bytes = static_cast<uint64_t>(vfs.f_bavail) * vfs.f_frsize;
+  const uint64_t size_bytes = static_cast<uint64_t>(vfs.f_blocks) * vfs.f_frsize;
+  return std::string(kShmDir) + " has " + mib_text(free_bytes) + " free of " + mib_text(size_bytes);
+}
+
 }  // namespace
 
 size_t ShmInbox::total_bytes(const ShmGeometry& geometry) {
@@ -63,6 +82,19 @@ Result<std::unique_ptr<ShmInbox>> ShmInbox::create(const std::string& name,
     close(fd);
     shm_unlink(name.c_str());
     return Status::io_error("ftruncate(" + name + ", " + std::to_string(bytes) + "): " + err);
+  }
+  // Reserve the pages now. A tmpfs hands out pages on first touch, so a /dev/shm too small for
+  // the segment (Docker's default is 64 MiB) would otherwise pass ftruncate and mmap and kill the
+  // rank with SIGBUS at the first page that does not fit, with no message at all.
+  const int reserve_err = posix_fallocate(fd, 0, static_cast<off_t>(bytes));
+  if (reserve_err != 0) {
+    close(fd);
+    shm_unlink(name.c_str());
+    return Status::io_error("shared-memory inbox " + name + " needs " + std::to_string(bytes) +
+                            " bytes (" + mib_text(bytes) + ") in " + kShmDir + ": " +
+                            std::strerror(reserve_err) + "; " + shm_free_text() +
+                            " (is /dev/shm large enough? docker run --shm-size, or a tmpfs "
+                            "size= mount option, makes it larger)");
   }
   // MAP_POPULATE pre-faults every page now: first touch costs ~1.5 us per page on this VM, which
   // would otherwise land in the first collectives.
