@@ -41,16 +41,6 @@ else()
   message(STATUS "kiln: fuzz targets ✗ (clang++ not found; fuzz.* tests are not defined)")
 endif()
 
-# The kiln_base files a parser links against: Status and the KILN_CHECK failure path.
-set(KILN_FUZZ_BASE_SOURCES
-  ${PROJECT_SOURCE_DIR}/src/base/status.cc
-  ${PROJECT_SOURCE_DIR}/src/base/check.cc)
-# -O1 keeps the sanitizers fast enough to reach millions of executions; -g names the lines of a
-# crash; -fno-sanitize-recover makes every UBSan report fatal, so the fuzzer records it as a crash.
-set(KILN_FUZZ_FLAGS -std=c++20 -g -O1 -fno-omit-frame-pointer -fno-sanitize-recover=all
-                    -I${PROJECT_SOURCE_DIR}/include -I${PROJECT_SOURCE_DIR}/src)
-set(KILN_FUZZ_DRIVER ${CMAKE_CURRENT_LIST_FILE})
-
 function(kiln_fuzz_absolute out)
   set(files "")
   foreach(f IN LISTS ARGN)
@@ -70,6 +60,17 @@ function(kiln_fuzz_target)
   if(NOT KILN_CLANGXX)
     return()
   endif()
+  # Set here, not at file scope: include_guard(GLOBAL) runs the file once, in whichever library's
+  # directory includes it first, and file-scope variables would not reach the others.
+  # The kiln_base files a parser links against: Status and the KILN_CHECK failure path.
+  set(KILN_FUZZ_BASE_SOURCES
+    ${PROJECT_SOURCE_DIR}/src/base/status.cc
+    ${PROJECT_SOURCE_DIR}/src/base/check.cc)
+  # -O1 keeps the sanitizers fast enough to reach millions of executions; -g names the lines of a
+  # crash; -fno-sanitize-recover makes every UBSan report fatal, so the fuzzer records it as a crash.
+  set(KILN_FUZZ_FLAGS -std=c++20 -g -O1 -fno-omit-frame-pointer -fno-sanitize-recover=all
+                      -I${PROJECT_SOURCE_DIR}/include -I${PROJECT_SOURCE_DIR}/src)
+  set(KILN_FUZZ_DRIVER ${CMAKE_CURRENT_FUNCTION_LIST_FILE})
   if(NOT ARG_MAX_TOTAL_TIME)
     set(ARG_MAX_TOTAL_TIME 20)
   endif()
