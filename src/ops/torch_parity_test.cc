@@ -58,10 +58,9 @@ constexpr int kScriptTimeoutS = 120;
 
 std::string script_path() {
   const char* source_dir = std::getenv("KILN_SOURCE_DIR");
-  const std::filesystem::path root =
-      source_dir != nullptr && *source_dir != '\0'
-          ? std::filesystem::path(source_dir)
-          : std::filesystem::path(__FILE__).parent_path().parent_path().parent_path();
+  const std::filesystem::path root = source_dir != nullptr && *source_dir != '\0'
+                                         ? std::filesystem::path(source_dir)
+                                         : std::filesystem::path(KILN_SOURCE_DIR_AT_BUILD);
   return (root / "tests" / "ops" / "torch_reference.py").string();
 }
 

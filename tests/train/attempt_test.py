@@ -66,12 +66,18 @@ class AttemptTest(unittest.TestCase):
         shutil.rmtree(cls.dir, True)
 
     def setUp(self):
+        # The store's log goes to a file, not a pipe: nobody reads a pipe while the ranks run,
+        # and a full one would block the store's logging and with it every rank.
+        self.store_log = tempfile.TemporaryFile(mode="w+", dir=self.dir)
+        self.addCleanup(self.store_log.close)
         self.store = subprocess.Popen([KILN_BIN, "store", "--json", "--port", "0"],
-                                      stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                      stdout=subprocess.PIPE, stderr=self.store_log, text=True,
                                       env=clean_env(KILN_JOB_TOKEN=TOKEN))
         self.addCleanup(self.stop_store)
         event = json.loads(self.store.stdout.readline() or "{}")
-        self.assertEqual(event.get("event"), "serving", "kiln store did not start")
+        self.store_log.seek(0)
+        self.assertEqual(event.get("event"), "serving",
+                         "kiln store did not start: " + self.store_log.read()[-4000:])
         self.address = f"127.0.0.1:{event['port']}"
         self.procs = []
         self.addCleanup(self.kill_ranks)
@@ -84,21 +90,41 @@ class AttemptTest(unittest.TestCase):
         for p in self.procs:
             if p.poll() is None:
                 p.kill()
-            p.communicate(timeout=30)
+            p.wait(timeout=30)
 
     def rank(self, rank, attempt, ckpt_dir):
         env = clean_env(KILN_RANK=str(rank), KILN_WORLD_SIZE="2", KILN_STORE_ADDR=self.address,
                         KILN_JOB_TOKEN=TOKEN, KILN_JOB_ID="drill", KILN_ATTEMPT=str(attempt))
+        # Output to files, not pipes: nothing reads a pipe while another rank is waited for, and
+        # a full one would block the rank that writes it (and with it the whole job).
+        out = tempfile.TemporaryFile(mode="w+", dir=self.dir)
+        err = tempfile.TemporaryFile(mode="w+", dir=self.dir)
+        self.addCleanup(out.close)
+        self.addCleanup(err.close)
         p = subprocess.Popen([KILN_BIN, "--log-level", "warn", "train", self.config, "--json",
                               "--peak-gflops", "100", "--ckpt-dir", ckpt_dir, "--ckpt-every", "2"],
-                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+                             stdout=out, stderr=err, text=True, env=env)
+        p.out, p.err = out, err
         self.procs.append(p)
         return p
 
+    @staticmethod
+    def output(p):
+        p.out.seek(0)
+        p.err.seek(0)
+        return p.out.read(), p.err.read()
+
     def finish(self, procs):
-        outs = [p.communicate(timeout=TIMEOUT_S) for p in procs]
-        for p, (_, err) in zip(procs, outs):
-            self.assertEqual(p.returncode, 0, err[-4000:])
+        deadline = time.monotonic() + TIMEOUT_S
+        for p in procs:
+            try:
+                p.wait(timeout=max(0.0, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                pass
+        outs = [self.output(p) for p in procs]
+        for r, (p, (_, err)) in enumerate(zip(procs, outs)):
+            self.assertEqual(p.poll(), 0, f"rank {r} of {len(procs)}:\n" + err[-4000:] +
+                             "\nthe others:\n" + "\n".join(e[-2000:] for _, e in outs))
         return [{int(x["step"]): x["loss"] for x in json_lines(out) if "step" in x}
                 for out, _ in outs]
 
@@ -110,7 +136,7 @@ class AttemptTest(unittest.TestCase):
         alone = self.rank(0, 1, d1)
         time.sleep(ALONE_S)
         self.assertIsNone(alone.poll(), "attempt 1's rank 0 did not wait for attempt 1's rank 1: "
-                          + alone.communicate()[1][-4000:])
+                          + self.output(alone)[1][-4000:])
         second = self.finish([alone, self.rank(1, 1, d1)])
         self.assertEqual(second[0], first[0], "attempt 1 trained differently")
         r = run_kiln("ckpt", "ls", d1, "--json")
