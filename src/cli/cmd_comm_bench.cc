@@ -41,6 +41,7 @@ struct CommBenchFlags {
   std::string flight_recorder_dir;
   bool json = false;
   bool worker = false;
+  std::string cpu_bind = "cores";
 };
 
 Result<comm::OpKind> parse_op(const std::string& name) {
@@ -177,6 +178,9 @@ int run_launcher(const CommBenchFlags& f, const GlobalOptions& g) {
   for (int h = 0; h < f.hosts; ++h)
     launch.hosts.push_back("host" + std::to_string(h));
   launch.grace_ms = std::min<int64_t>(f.timeout_ms, 5'000);
+  Result<launch::CpuBind> bind = launch::CpuBind::parse(f.cpu_bind);
+  if (!bind.ok()) return report_error("comm-bench", bind.status());
+  launch.cpu_bind = *bind;  // one thread per rank: the one calling the collectives
   Status s = job_from_environment(&launch);
   if (!s.ok()) return report_error("comm-bench", s);
   // Generous: a sweep to 64 MiB with many iterations takes a while on two cores.
@@ -226,6 +230,10 @@ Command add_comm_bench_command(CLI::App& parent) {
       ->check(CLI::Range(1, 8))
       ->capture_default_str();
   app->add_option("--iface", f->iface, "TCP interface name or address");
+  app->add_option("--cpu-bind", f->cpu_bind,
+                  "bind each rank to its own cores (cores), leave them to the OS (none), or give "
+                  "rank r list r mod N (list:0/1)")
+      ->capture_default_str();
   app->add_option("--flight-recorder-dir", f->flight_recorder_dir,
                   "dump flight recorders here on failure or SIGUSR1");
   app->add_flag("--json", f->json, "one JSON object per line");

@@ -20,6 +20,7 @@
 //
 // Output: with --json one JSON line per step and a final {"event":"done",...} line; otherwise
 // the progress line, live when stdout is a terminal. Logs go to stderr (or --log-file).
+#include <kiln/base/cpu_set.h>
 #include <kiln/comm/communicator.h>
 #include <kiln/comm/store.h>
 #include <kiln/launch/local_launcher.h>
@@ -66,12 +67,15 @@ struct TrainFlags {
   int ckpt_keep = 3;
   int64_t comm_timeout_ms = 30'000;
   int stop_after_step = 0;
+  std::string cpu_bind = "cores";
 };
 
 // This process is a rank of a multi-process job when a launcher gave it an identity.
 bool launched_as_rank() {
   return std::getenv("KILN_RANK") != nullptr || std::getenv("SLURM_PROCID") != nullptr;
 }
+
+train::TrainOverrides overrides_of(const TrainFlags& f);
 
 int run_launcher(const TrainFlags& f, const GlobalOptions& g, SignalThread* signals) {
   std::shared_ptr<LogSink> sink = open_log_sink(g);
@@ -80,9 +84,19 @@ int run_launcher(const TrainFlags& f, const GlobalOptions& g, SignalThread* sign
   if (!f.debug_dump_dir.empty()) {
     return report_error("train", Status::invalid_argument("--debug-dump needs --nproc 1"));
   }
+  // The launcher reads the config too: a bad one is reported once, not once per rank, and the
+  // ranks' compute threads are what placement gives each rank cores for.
+  Result<train::TrainConfig> config = train::load_train_config(f.config_path);
+  if (!config.ok()) return report_error("train", config.status());
+  Status overridden = train::apply_overrides(overrides_of(f), &*config);
+  if (!overridden.ok()) return report_error("train", overridden);
   launch::LaunchOptions launch;
   launch.world_size = f.nproc;
   launch.argv = rank_command_line(g);
+  Result<launch::CpuBind> bind = launch::CpuBind::parse(f.cpu_bind);
+  if (!bind.ok()) return report_error("train", bind.status());
+  launch.cpu_bind = *bind;
+  launch.threads_per_rank = config->train.threads;
   // The others must notice a failed rank (a collective's timeout) or finish a stop's checkpoint.
   launch.grace_ms = f.comm_timeout_ms + 5'000;
   Status s = job_from_environment(&launch);
@@ -161,8 +175,12 @@ int run_rank(const TrainFlags& flags, const GlobalOptions& globals, SignalThread
       o.timeout_ms = flags.comm_timeout_ms;
       o.job_token = env.job_token;
       o.store_prefix = job.store_prefix() + "/train";
+      Result<CpuSet> cpus = CpuSet::of_this_thread();
       log.info("joining the job",
-               {{"job_id", job.id}, {"attempt", job.attempt}, {"store_prefix", o.store_prefix}});
+               {{"job_id", job.id},
+                {"attempt", job.attempt},
+                {"store_prefix", o.store_prefix},
+                {"cpus", cpus.ok() ? cpus->to_string() : cpus.status().message()}});
       Result<std::unique_ptr<comm::Communicator>> c =
           comm::Communicator::create(o, store.get(), log);
       if (!c.ok()) return report_error("train rank " + std::to_string(rank), c.status());
@@ -270,6 +288,10 @@ Command add_train_command(CLI::App& parent) {
   app->add_option("--peak-gflops", flags->peak_gflops,
                   "peak GFLOP/s for MFU (default: measured by an sgemm probe at start-up)")
       ->check(CLI::PositiveNumber);
+  app->add_option("--cpu-bind", flags->cpu_bind,
+                  "with --nproc: bind each rank to its own cores (cores), leave them to the OS "
+                  "(none), or give rank r list r mod N (list:0-3/4-7)")
+      ->capture_default_str();
   app->add_option("--nproc", flags->nproc, "data-parallel ranks to start on this host")
       ->check(CLI::Range(1, 1024));
   flags->zero_opt = app->add_option("--zero", flags->zero, "overrides train.zero (1: ZeRO-1)");

@@ -10,6 +10,8 @@
 
 #include <kiln/base/checksum.h>
 #include <kiln/base/clock.h>
+#include <kiln/base/cpu_set.h>
+#include <kiln/base/cpu_topology.h>
 
 #include <algorithm>
 #include <cstring>
@@ -62,6 +64,10 @@ bool JobResult::stopped() const {
 Result<std::unique_ptr<LocalJob>> LocalJob::start(const LaunchOptions& options, Logger log) {
   if (options.world_size < 1) return Status::invalid_argument("world size must be at least 1");
   if (options.argv.empty()) return Status::invalid_argument("no command to launch");
+  if (options.threads_per_rank < 1) {
+    return Status::invalid_argument("threads per rank must be at least 1, not " +
+                                    std::to_string(options.threads_per_rank));
+  }
   if (options.attempt < 0 || options.attempt > kAttemptMax) {
     return Status::invalid_argument("attempt " + std::to_string(options.attempt) +
                                     " is out of range [0, " + std::to_string(kAttemptMax) + "]");
@@ -75,6 +81,19 @@ Result<std::unique_ptr<LocalJob>> LocalJob::start(const LaunchOptions& options, 
                                         : options.job_id;
   KILN_RETURN_IF_ERROR(check_job_id(job->job_.id, "job id"));
   job->job_.attempt = options.attempt;
+  // Planned before anything starts, so a bad --cpu-bind list costs nothing.
+  KILN_ASSIGN_OR_RETURN(CpuSet launcher_cpus, CpuSet::of_this_thread());
+  if (options.cpu_bind.mode != CpuBind::Mode::kNone) {
+    const CpuTopology topology = read_cpu_topology("/sys/devices/system", launcher_cpus);
+    KILN_ASSIGN_OR_RETURN(
+        job->placement_,
+        plan_placement(topology, options.world_size, options.threads_per_rank, options.cpu_bind));
+  } else {
+    job->placement_.ranks_per_cpu_max = options.world_size;
+    job->placement_.summary = "none: ranks left to the OS";
+  }
+  log.info("placement",
+           {{"cpu_bind", options.cpu_bind.to_string()}, {"summary", job->placement_.summary}});
   comm::StoreServerOptions store_options;
   store_options.token = job->options_.job_token;
   KILN_ASSIGN_OR_RETURN(job->store_, comm::StoreServer::start(store_options, log.child("store")));
@@ -119,6 +138,9 @@ Result<std::unique_ptr<LocalJob>> LocalJob::start(const LaunchOptions& options, 
     // Every rank runs on this machine, so TCP links (fake hosts, --transport tcp) go over
     // loopback whether or not the host name resolves (comm/comm_env.h).
     env.emplace("KILN_COMM_ADDR", "127.0.0.1");
+    if (!job->placement_.rank_cpus.empty()) {
+      env["KILN_CPUS"] = job->placement_.rank_cpus[static_cast<size_t>(r)].to_string();
+    }
     // The parent's environment, minus anything we set, then ours.
     std::vector<std::string> entries;
     for (char** e = environ; *e != nullptr; ++e) {
@@ -132,11 +154,20 @@ Result<std::unique_ptr<LocalJob>> LocalJob::start(const LaunchOptions& options, 
     for (std::string& e : entries)
       envp.push_back(e.data());
     envp.push_back(nullptr);
+    Status bound;
+    if (!job->placement_.rank_cpus.empty()) {
+      bound = bind_this_thread(job->placement_.rank_cpus[static_cast<size_t>(r)]);
+    }
     pid_t pid = 0;
-    const int rc = posix_spawn(&pid, argv[0], nullptr, &attr, argv.data(), envp.data());
-    if (rc != 0) {
+    const int rc =
+        bound.ok() ? posix_spawn(&pid, argv[0], nullptr, &attr, argv.data(), envp.data()) : 0;
+    if (!bound.ok() || rc != 0) {
       posix_spawnattr_destroy(&attr);
+      (void)bind_this_thread(launcher_cpus);
       job->kill_all(SIGKILL);
+      if (!bound.ok()) {
+        return Status::io_error("rank " + std::to_string(r) + ": " + bound.message());
+      }
       return Status::io_error("spawn rank " + std::to_string(r) + " (" + options.argv[0] +
                               "): " + std::strerror(rc));
     }
@@ -144,9 +175,18 @@ Result<std::unique_ptr<LocalJob>> LocalJob::start(const LaunchOptions& options, 
     job->pidfds_.push_back(open_pidfd(pid));
     job->reaped_.push_back(false);
     log.info("rank started",
-             {{"rank", r}, {"pid", pid}, {"job_id", job->job_.id}, {"attempt", job->job_.attempt}});
+             {{"rank", r},
+              {"pid", pid},
+              {"job_id", job->job_.id},
+              {"attempt", job->job_.attempt},
+              {"cpus", job->placement_.rank_cpus.empty()
+                           ? std::string("any")
+                           : job->placement_.rank_cpus[static_cast<size_t>(r)].to_string()}});
   }
   posix_spawnattr_destroy(&attr);
+  // Back to where the launcher ran: it should not crowd rank 0's CPUs (it only waits).
+  Status restored = bind_this_thread(launcher_cpus);
+  if (!restored.ok()) log.warn("cannot rebind the launcher", {{"error", restored.message()}});
   return job;
 }
 

@@ -141,3 +141,74 @@ TEST(LocalJobTest, ARankThatDoesNotStopWithTheOthersFails) {
 
 }  // namespace
 }  // namespace kiln::launch
+
+namespace kiln::launch {
+namespace {
+
+// What the kernel says a rank may run on, from its first instruction (the shell's own status).
+TEST(LocalJobPlacementTest, EachRankRunsOnThePlannedCpusFromTheStart) {
+  Result<CpuSet> mine = CpuSet::of_this_thread();
+  ASSERT_TRUE(mine.ok());
+  Result<CpuTopology> topology = this_machine_topology();
+  ASSERT_TRUE(topology.ok());
+  const std::string dir = kiln::testing::unique_temp_dir("bind");
+  // One more rank than cores: two share a core, and each has one whole core.
+  const int world = static_cast<int>(topology->cores.size()) + 1;
+  LaunchOptions o = shell_job(world,
+                              "echo \"$(grep Cpus_allowed_list /proc/self/status | cut -f2) "
+                              "$KILN_CPUS\" > " +
+                                  dir + "/$KILN_RANK");
+  Result<std::unique_ptr<LocalJob>> job = LocalJob::start(o, quiet_log());
+  ASSERT_TRUE(job.ok()) << job.status().to_string();
+  Result<JobResult> result = (*job)->wait(kWaitMs);
+  ASSERT_TRUE(result.ok() && result->ok());
+  const Placement& placement = (*job)->placement();
+  ASSERT_EQ(placement.rank_cpus.size(), static_cast<size_t>(world));
+  EXPECT_EQ(placement.ranks_per_cpu_max, 2);
+  for (int r = 0; r < world; ++r) {
+    const std::string cpus = placement.rank_cpus[static_cast<size_t>(r)].to_string();
+    EXPECT_EQ(
+        placement.rank_cpus[static_cast<size_t>(r)].size(),
+        topology
+            ->cores[static_cast<size_t>(r) * topology->cores.size() / static_cast<size_t>(world)]
+            .cpus.size())
+        << r;
+    EXPECT_EQ(read_file(dir + "/" + std::to_string(r)), cpus + " " + cpus + "\n") << "rank " << r;
+  }
+  Result<CpuSet> after = CpuSet::of_this_thread();
+  ASSERT_TRUE(after.ok());
+  EXPECT_EQ(*after, *mine) << "the launcher's own binding was not restored";
+}
+
+TEST(LocalJobPlacementTest, NoneLeavesRanksOnEveryCpuTheLauncherHas) {
+  Result<CpuSet> mine = CpuSet::of_this_thread();
+  ASSERT_TRUE(mine.ok());
+  const std::string dir = kiln::testing::unique_temp_dir("nobind");
+  LaunchOptions o = shell_job(2,
+                              "echo \"$(grep Cpus_allowed_list /proc/self/status | cut -f2) "
+                              "${KILN_CPUS:-unset}\" > " +
+                                  dir + "/$KILN_RANK");
+  o.cpu_bind.mode = CpuBind::Mode::kNone;
+  Result<std::unique_ptr<LocalJob>> job = LocalJob::start(o, quiet_log());
+  ASSERT_TRUE(job.ok()) << job.status().to_string();
+  Result<JobResult> result = (*job)->wait(kWaitMs);
+  ASSERT_TRUE(result.ok() && result->ok());
+  for (int r = 0; r < 2; ++r) {
+    EXPECT_EQ(read_file(dir + "/" + std::to_string(r)), mine->to_string() + " unset\n");
+  }
+}
+
+TEST(LocalJobPlacementTest, AListNamingAnUnusableCpuFailsBeforeAnyRankStarts) {
+  LaunchOptions o = shell_job(1, "exit 0");
+  Result<CpuBind> bind = CpuBind::parse("list:8191");
+  ASSERT_TRUE(bind.ok());
+  o.cpu_bind = *bind;
+  Result<std::unique_ptr<LocalJob>> job = LocalJob::start(o, quiet_log());
+  ASSERT_FALSE(job.ok());
+  EXPECT_NE(job.status().message().find("CPU 8191 (list 0) is not one this process may use"),
+            std::string::npos)
+      << job.status().message();
+}
+
+}  // namespace
+}  // namespace kiln::launch

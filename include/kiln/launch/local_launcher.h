@@ -6,7 +6,9 @@
 // size, KILN_LOCAL_RANK, KILN_NODE_ID, the store's address, the job token (a fresh random one
 // unless given), the job id (made up as local-<pid>-<unix seconds> unless given) and the attempt,
 // plus KILN_HOST when the job fakes several hosts. Children inherit stdout and stderr, and start
-// with no signal blocked and every signal the launcher handles at its default action.
+// with no signal blocked and every signal the launcher handles at its default action. Each is
+// bound to its CPUs from its first instruction: it is spawned from a launcher thread bound to
+// them (a spawned process inherits its parent thread's CPU affinity), and KILN_CPUS says which.
 //
 // wait() watches every child (pidfds, no polling loop). When one fails (a non-zero exit other
 // than kExitStoppedResumable, or a signal) the others get `grace_ms` to notice and exit on their
@@ -31,6 +33,7 @@
 #include <kiln/base/log.h>
 #include <kiln/base/result.h>
 #include <kiln/comm/store.h>
+#include <kiln/launch/placement.h>
 #include <kiln/launch/rank_env.h>
 
 namespace kiln::launch {
@@ -48,6 +51,11 @@ struct LaunchOptions {
   int attempt = 0;        // in [0, kAttemptMax]
   // After the first failure or stop, how long the others may take to exit by themselves.
   int64_t grace_ms = 5'000;
+  // Which CPUs each rank runs on (kiln/launch/placement.h), planned over the CPUs the launcher
+  // may use for world_size ranks of threads_per_rank compute threads. Every rank runs on this
+  // machine, fake hosts or not, so all of them are planned together.
+  CpuBind cpu_bind;
+  int threads_per_rank = 1;  // >= 1
 };
 
 // How one rank ended.
@@ -82,6 +90,7 @@ class LocalJob {
   const std::vector<pid_t>& pids() const { return pids_; }
   const std::string& store_address() const { return store_address_; }
   const JobAttempt& job() const { return job_; }
+  const Placement& placement() const { return placement_; }
 
   // Waits for every rank, handling failures and stops as described above, up to `timeout_ms` in
   // total (then everything still running is killed and kTimeout names the ranks that were).
@@ -95,6 +104,7 @@ class LocalJob {
 
   LaunchOptions options_;
   JobAttempt job_;
+  Placement placement_;
   Logger log_;
   std::unique_ptr<comm::StoreServer> store_;
   std::string store_address_;
