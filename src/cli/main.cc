@@ -9,27 +9,50 @@
 #include <exception>
 #include <filesystem>
 #include <iostream>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <system_error>
 #include <vector>
 
+#include <kiln/base/cpu.h>
+#include <kiln/ops/blas.h>
+
 #include "cli/command.h"
 
 namespace {
 
-// kiln_ops runs sgemm single-threaded inside its own thread pool. OpenBLAS's threaded build,
-// which Kiln links (its serial build is not safe to call from several threads at once), starts
-// its own worker threads when the library loads, before main() can block the signals Kiln
-// handles on a signal thread; a process-directed SIGINT/SIGTERM/SIGUSR1 landing on one of those
-// workers would take the default action and kill the process. With OPENBLAS_NUM_THREADS=1 in
-// the environment at load time it starts none, so the first kiln process sets it and executes
-// itself again (its children, the ranks of a job, inherit it). A value the user set is kept.
-void ensure_openblas_starts_no_threads(char** argv) {
-  if (std::getenv("OPENBLAS_NUM_THREADS") != nullptr) return;
-  if (::setenv("OPENBLAS_NUM_THREADS", "1", /*overwrite=*/1) != 0) return;
+// Two facts about OpenBLAS that only its environment at load time can change, so the first kiln
+// process sets them and executes itself again (its children, the ranks of a job, inherit them):
+//
+// - kiln_ops runs sgemm single-threaded inside its own thread pool. OpenBLAS's threaded build,
+//   which Kiln links (its serial build is not safe to call from several threads at once), starts
+//   its own worker threads when the library loads, before main() can block the signals Kiln
+//   handles on a signal thread; a process-directed SIGINT/SIGTERM/SIGUSR1 landing on one of those
+//   workers would take the default action and kill the process. OPENBLAS_NUM_THREADS=1: none.
+// - OpenBLAS picks its kernels from a table of CPU models; on a model newer than its table it
+//   falls back to generic ones (Prescott, SSE3) whatever the CPU's ISA (kiln/ops/blas.h).
+//   OPENBLAS_CORETYPE: the core whose kernels use the best ISA the CPU has.
+//
+// A value the user set is kept, and the second process finds both set, so it never loops.
+void prepare_openblas_environment(char** argv) {
+  bool changed = false;
+  if (std::getenv("OPENBLAS_NUM_THREADS") == nullptr) {
+    if (::setenv("OPENBLAS_NUM_THREADS", "1", /*overwrite=*/1) != 0) return;
+    changed = true;
+  }
+  const std::optional<std::string> core =
+      kiln::ops::openblas_coretype_to_force(kiln::ops::blas_info(), kiln::detect_cpu_features());
+  if (core) {
+    if (::setenv("OPENBLAS_CORETYPE", core->c_str(), /*overwrite=*/1) != 0) return;
+    // For kiln facts and the logs: what the first process found, before the fix.
+    ::setenv("KILN_OPENBLAS_CORE_FOUND", kiln::ops::blas_info().core.c_str(), 1);
+    changed = true;
+  }
+  if (!changed) return;
   ::execv("/proc/self/exe", argv);
-  // Only reached when the exec failed: carry on with OpenBLAS's threads idle beside ours.
+  // Only reached when the exec failed: carry on with OpenBLAS's threads idle beside ours and
+  // the kernels it chose.
 }
 
 // The kernel names a process after the file it executed, "exe" after the re-exec above, and
@@ -81,7 +104,7 @@ std::string first_command_word(int argc, char** argv) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  ensure_openblas_starts_no_threads(argv);
+  prepare_openblas_environment(argv);
   name_process_after_binary();
   std::set_terminate(report_uncaught_exception);
   using kiln::cli::Command;

@@ -2,6 +2,7 @@
 #include <kiln/base/build_info.h>
 #include <kiln/base/clock.h>
 #include <kiln/base/cpu.h>
+#include <kiln/ops/blas.h>
 #include <kiln/preflight/facts.h>
 
 #include <sys/resource.h>
@@ -120,6 +121,24 @@ Json cpu_facts() {
   return c;
 }
 
+// The BLAS kiln_ops' GEMMs run on and its kernel set (kiln/ops/blas.h): `fallback` true means
+// the kernels use less than the CPU has, so sgemm runs well below the machine's speed.
+Json blas_facts() {
+  const ops::BlasInfo info = ops::blas_info();
+  Json b;
+  b["library"] = info.library;
+  b["config"] = info.config;
+  b["core"] = info.core;
+  b["core_isa"] = cpu_isa_name(info.core_isa);
+  b["cpu_isa"] = cpu_isa_name(info.cpu_isa);
+  b["fallback"] = info.fallback();
+  b["coretype_env"] = info.coretype_env.empty() ? Json(nullptr) : Json(info.coretype_env);
+  // Set by the kiln binary when it forced the core: what OpenBLAS had chosen by itself.
+  const char* found = std::getenv("KILN_OPENBLAS_CORE_FOUND");
+  b["core_chosen_by_openblas"] = found != nullptr ? Json(found) : Json(info.core);
+  return b;
+}
+
 Json memory_facts() {
   Json m;
   m["total_bytes"] = or_null(meminfo_bytes("MemTotal"));
@@ -182,6 +201,7 @@ nlohmann::ordered_json collect_node_facts() {
   facts["os"] = os_facts();
   facts["kernel"] = kernel_facts();
   facts["cpu"] = cpu_facts();
+  facts["blas"] = blas_facts();
   facts["memory"] = memory_facts();
   facts["kernel_params"] = kernel_param_facts();
   Json shared_objects = shared_object_facts();

@@ -6,6 +6,7 @@
 // nothing (trainer_alloc_test.cc counts).
 #include <kiln/base/clock.h>
 #include <kiln/base/thread_pool.h>
+#include <kiln/ops/blas.h>
 #include <kiln/ops/context.h>
 #include <kiln/ops/optimizer.h>
 #include <kiln/train/loader.h>
@@ -133,6 +134,7 @@ Result<TrainSummary> train(const TrainConfig& config, const TrainerOptions& opti
       zero1 ? zero1_moment_arenas(config.model, world) : MomentArenas::whole();
   KILN_ASSIGN_OR_RETURN(Gpt2 model, Gpt2::create(config.model, h.batch, h.seq, moment_arenas));
   model.init_weights(h.seed);
+  const ops::BlasInfo blas = ops::blas_info();
   log.info("training", {{"config", config.source},
                         {"params", model.num_params()},
                         {"n_layer", config.model.n_layer},
@@ -146,7 +148,21 @@ Result<TrainSummary> train(const TrainConfig& config, const TrainerOptions& opti
                         {"rank", rank},
                         {"world", world},
                         {"zero", zero1 ? 1 : 0},
-                        {"train_tokens", train_loader->tokens()}});
+                        {"train_tokens", train_loader->tokens()},
+                        {"blas_core", blas.core}});
+  if (blas.fallback()) {
+    // Every GEMM, so nearly all of a step, runs on kernels narrower than the CPU's.
+    log.warn("the BLAS runs kernels narrower than this CPU has: GEMMs run far below its speed",
+             {{"blas_core", blas.core},
+              {"blas_core_isa", cpu_isa_name(blas.core_isa)},
+              {"cpu_isa", cpu_isa_name(blas.cpu_isa)},
+              {"OPENBLAS_CORETYPE",
+               blas.coretype_env.empty() ? std::string("unset") : blas.coretype_env},
+              {"fix", blas.coretype_env.empty()
+                          ? std::string("run through the kiln binary, which forces the core")
+                          : "unset OPENBLAS_CORETYPE (or set it to " +
+                                ops::openblas_core_for(detect_cpu_features()) + ")"}});
+  }
 
   double peak_gflops = options.peak_gflops;
   if (peak_gflops <= 0) {

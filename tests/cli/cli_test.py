@@ -27,6 +27,8 @@ FACT_FIELDS = {
     "libraries": ["glibc", "libstdcxx", "fmt", "spdlog", "nlohmann_json", "yaml_cpp", "cli11",
                   "cpp_httplib", "prometheus_cpp", "xxhash", "openssl"],
     "gpu": ["driver_version", "cuda_driver_version", "cuda_runtime_version", "devices"],
+    "blas": ["library", "config", "core", "core_isa", "cpu_isa", "fallback", "coretype_env",
+             "core_chosen_by_openblas"],
 }
 
 
@@ -74,6 +76,39 @@ class FactsTest(unittest.TestCase):
             for field in fields:
                 self.assertIn(field, facts[section], f"{section}.{field} missing")
         self.assertIsInstance(facts["shared_objects"], dict)
+
+    def openblas_core(self, env):
+        """The core OpenBLAS itself reports under `env`, asked through ctypes (not kiln)."""
+        code = ("import ctypes\n"
+                "lib = ctypes.CDLL('libopenblas.so.0')\n"
+                "lib.openblas_get_corename.restype = ctypes.c_char_p\n"
+                "print(lib.openblas_get_corename().decode())\n")
+        r = subprocess.run(["/usr/bin/python3", "-c", code], capture_output=True, text=True,
+                           env=env, timeout=60)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        return r.stdout.strip()
+
+    def test_facts_report_the_blas_core_and_keep_a_users_choice(self):
+        env = {k: v for k, v in os.environ.items() if k != "OPENBLAS_CORETYPE"}
+        blas = json.loads(run_kiln("facts", "--json", env=env).stdout)["blas"]
+        self.assertEqual(blas["library"], "OpenBLAS")
+        self.assertIn("OpenBLAS", blas["config"])
+        own = self.openblas_core(env)
+        self.assertEqual(blas["core_chosen_by_openblas"], own)
+        if blas["core"] != own:
+            # OpenBLAS fell back on this CPU and kiln forced the core for its ISA.
+            self.assertEqual(blas["coretype_env"], blas["core"])
+            self.assertEqual(blas["core_isa"], blas["cpu_isa"])
+        else:
+            self.assertIsNone(blas["coretype_env"])
+        self.assertEqual(blas["cpu_isa"],
+                         json.loads(run_kiln("facts", "--json").stdout)["cpu"]["best_isa"])
+        # A user's OPENBLAS_CORETYPE is kept, even a poor one, and reported as a fallback.
+        env["OPENBLAS_CORETYPE"] = "Prescott"
+        blas = json.loads(run_kiln("facts", "--json", env=env).stdout)["blas"]
+        self.assertEqual((blas["core"], blas["core_isa"], blas["coretype_env"]),
+                         ("Prescott", "scalar", "Prescott"))
+        self.assertEqual(blas["fallback"], blas["cpu_isa"] != "scalar")
 
     def test_facts_agree_with_the_machine(self):
         facts = json.loads(run_kiln("facts", "--json").stdout)

@@ -30,10 +30,11 @@ def skip_unless_ci(test, reason):
     test.skipTest(reason)
 
 
-def run_kiln(*args, timeout=60, check=False):
-    """Runs kiln with `args`; returns the CompletedProcess (text mode)."""
+def run_kiln(*args, timeout=60, check=False, env=None):
+    """Runs kiln with `args` (in `env`, default this process's); returns the CompletedProcess
+    (text mode)."""
     return subprocess.run([KILN_BIN, *args], capture_output=True, text=True, timeout=timeout,
-                          check=check)
+                          check=check, env=env)
 
 
 def free_port():
