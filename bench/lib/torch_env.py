@@ -35,6 +35,8 @@ import sys
 import tempfile
 import time
 
+import machine  # bench/lib/machine.py, beside this file
+
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 # Shared by every driver: the harness binaries and the unpacked OpenMP OpenBLAS live here.
 BUILD = os.path.join(ROOT, "build", "bench-ops")
@@ -343,14 +345,36 @@ def quiet_header_line(facts, what_runs):
 
 
 def cpu_model():
+    """The CPU (model, vendor family and model numbers, caches: bench/lib/machine.py) and the
+    OpenBLAS core every side of the run uses (pin_blas_core)."""
+    text = machine.describe_cpu()
+    core = os.environ.get("OPENBLAS_CORETYPE")
+    return text + (f"; OpenBLAS core {core} for every side" if core else "")
+
+
+# Variables that change which kernels OpenBLAS runs, for every process that loads it.
+OPENBLAS_KERNEL_VARS = ("OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE")
+
+
+def pin_blas_core(kiln):
+    """Makes every child of this run use the OpenBLAS core Kiln runs by its own choice on this
+    CPU (OpenBLAS's, or the one `kiln` forces when OpenBLAS falls back: kiln/ops/blas.h), so
+    Kiln and PyTorch compare like with like whatever the environment set. Sets
+    OPENBLAS_CORETYPE in this process's environment (children inherit it) and drops
+    OPENBLAS_L2_SIZE. Returns a note for the report, or an error string when kiln cannot say."""
+    before = {k: os.environ[k] for k in OPENBLAS_KERNEL_VARS if k in os.environ}
+    env = {k: v for k, v in os.environ.items() if k not in OPENBLAS_KERNEL_VARS}
     try:
-        with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as fh:
-            for line in fh:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return "unknown CPU"
+        r = subprocess.run([kiln, "facts", "--json"], capture_output=True, text=True, env=env,
+                           timeout=60)
+        core = json.loads(r.stdout)["blas"]["core"]
+    except (OSError, subprocess.TimeoutExpired, ValueError, KeyError) as e:
+        return f"error: cannot ask {kiln} for its BLAS core ({e}); the environment is as it was"
+    for k in OPENBLAS_KERNEL_VARS:
+        os.environ.pop(k, None)
+    os.environ["OPENBLAS_CORETYPE"] = core
+    found = ", ".join(f"{k}={v}" for k, v in before.items()) or "no OpenBLAS variable"
+    return f"OpenBLAS core {core} for Kiln and every peer (the environment had {found})"
 
 
 # ---------------------------------------------------------------------------------------------
