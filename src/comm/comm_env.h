@@ -8,6 +8,10 @@
 //                    links bind and advertise. Unset: the address the host name resolves to.
 //                    CommOptions::tcp_interface (`--iface`) wins over it. LocalJob sets it to
 //                    127.0.0.1 for its ranks, which all run on this machine. Empty: unset.
+//   KILN_COMM_SPIN_US, KILN_COMM_YIELD_US
+//                    how long a waiting op spins, then yields, before it sleeps, in whole
+//                    microseconds [0, 1000000]; unset: chosen from where the ranks run
+//                    (transport/wait_policy.h).
 //
 // The rank's identity (KILN_RANK, KILN_STORE_ADDR, ...) is parsed by bootstrap.h's
 // rank_environment(), which reads it through process_env() as well.
@@ -17,6 +21,7 @@
 #ifndef KILN_COMM_COMM_ENV_H_
 #define KILN_COMM_COMM_ENV_H_
 
+#include <cstdint>
 #include <optional>
 #include <string>
 
@@ -29,6 +34,8 @@ namespace kiln::comm {
 struct CommEnv {
   std::optional<CpuIsa> reduce_isa;  // KILN_COMM_ISA; empty: the best this CPU runs
   std::string tcp_address;           // KILN_COMM_ADDR; empty when unset
+  std::optional<int64_t> spin_us;    // KILN_COMM_SPIN_US
+  std::optional<int64_t> yield_us;   // KILN_COMM_YIELD_US
 };
 
 // The process's environment (getenv), as an EnvLookup.

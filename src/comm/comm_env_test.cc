@@ -89,6 +89,23 @@ TEST(CommEnvTest, ABadIsaNamesTheVariableAndTheAcceptedValues) {
   EXPECT_NE(higher.message().find("KILN_COMM_ISA=avx512"), std::string::npos);
 }
 
+TEST(CommEnvTest, ReadsTheWaitOverridesAndNamesABadOne) {
+  Result<CommEnv> env = parse_comm_env(
+      env_of({{"KILN_COMM_SPIN_US", "50"}, {"KILN_COMM_YIELD_US", "0"}}), CpuIsa::kAvx2);
+  ASSERT_TRUE(env.ok()) << env.status().to_string();
+  EXPECT_EQ(env->spin_us, 50);
+  EXPECT_EQ(env->yield_us, 0);
+  env = parse_comm_env(env_of({}), CpuIsa::kAvx2);
+  ASSERT_TRUE(env.ok());
+  EXPECT_FALSE(env->spin_us.has_value());
+  for (const char* bad : {"-1", "1.5", "1000001", "ten", "9999999999999999999999"}) {
+    const Status s = parse_comm_env(env_of({{"KILN_COMM_SPIN_US", bad}}), CpuIsa::kAvx2).status();
+    EXPECT_TRUE(s.is_invalid_argument()) << bad;
+    EXPECT_EQ(s.message(), std::string("KILN_COMM_SPIN_US='") + bad +
+                               "' is not a whole number of microseconds in [0, 1000000]");
+  }
+}
+
 TEST(CommEnvTest, ABadIsaFailsCommunicatorCreationCleanly) {
   const ScopedEnv isa("KILN_COMM_ISA", "sse9");
   std::unique_ptr<Store> store = make_memory_store();

@@ -21,6 +21,7 @@
 #include "comm/comm_env.h"
 #include "comm/mesh.h"
 #include "comm/net/socket.h"
+#include "comm/transport/wait_policy.h"
 #include "comm/tuning.h"
 #include "comm/work_state.h"
 
@@ -78,7 +79,7 @@ Status validate_options(const CommOptions& o) {
 class CommunicatorImpl final : public Communicator {
  public:
   CommunicatorImpl(const CommOptions& options, std::string host, Logger log,
-                   std::unique_ptr<Mesh> mesh, obs::MetricsRegistry* metrics);
+                   std::unique_ptr<Mesh> mesh, WaitPolicy policy, obs::MetricsRegistry* metrics);
   ~CommunicatorImpl() override;
 
   int rank() const override { return options_.rank; }
@@ -119,6 +120,7 @@ class CommunicatorImpl final : public Communicator {
   const std::string host_;
   Logger log_;
   std::unique_ptr<Mesh> mesh_;
+  const WaitPolicy policy_;  // how every op waits (transport/wait_policy.h)
   Group world_;
   Group local_;    // this host's ranks (hierarchical allreduce)
   Group cross_;    // one rank per host, same local index as this one (sharded hierarchy)
@@ -169,11 +171,13 @@ class CommunicatorImpl final : public Communicator {
 };
 
 CommunicatorImpl::CommunicatorImpl(const CommOptions& options, std::string host, Logger log,
-                                   std::unique_ptr<Mesh> mesh, obs::MetricsRegistry* metrics)
+                                   std::unique_ptr<Mesh> mesh, WaitPolicy policy,
+                                   obs::MetricsRegistry* metrics)
     : options_(options),
       host_(std::move(host)),
       log_(std::move(log)),
       mesh_(std::move(mesh)),
+      policy_(std::move(policy)),
       recorder_({options.rank, options.world_size, host_, static_cast<int>(getpid())},
                 options.flight_recorder_entries),
       scratch_(kTreeBytesMax),
@@ -462,6 +466,8 @@ Status CommunicatorImpl::execute(const CollectiveArgs& a, uint64_t seq, uint64_t
   ctx.hosts = &hosts_;
   ctx.coll_seq_plus1 = is_collective(a.kind) ? coll_seq + 1 : 0;
   ctx.self_rank = options_.rank;
+  ctx.spin_ns = policy_.spin_ns;
+  ctx.yield_ns = policy_.yield_ns;
   if (self_status_ != nullptr) {
     self_status_->waiting_on.store(-1, std::memory_order_relaxed);
     if (is_collective(a.kind)) {
@@ -716,6 +722,10 @@ std::string CommunicatorImpl::describe_json() const {
   j["ring"] = world_.ranks;
   j["piece_bytes"] = world_.piece_bytes;
   j["hierarchical"] = hierarchy_possible_;
+  j["wait"] = {{"spin_us", static_cast<double>(policy_.spin_ns) / 1000.0},
+               {"yield_us", static_cast<double>(policy_.yield_ns) / 1000.0},
+               {"cpu_sharers", policy_.cpu_sharers},
+               {"why", policy_.why}};
   nlohmann::ordered_json peers = nlohmann::ordered_json::array();
   for (int r = 0; r < options_.world_size; ++r) {
     if (r == options_.rank) continue;
@@ -743,7 +753,11 @@ Result<std::unique_ptr<Communicator>> Communicator::create(const CommOptions& op
     return mesh.status().with_context("communicator rank " + std::to_string(options.rank) + "/" +
                                       std::to_string(options.world_size));
   }
-  auto comm = std::make_unique<CommunicatorImpl>(options, host, log, std::move(*mesh), metrics);
+  const RankRecord& mine = (*mesh)->records[static_cast<size_t>(options.rank)];
+  WaitPolicy policy = choose_wait_policy(cpu_sharers((*mesh)->records, options.rank), mine.cpus,
+                                         env.spin_us, env.yield_us);
+  auto comm = std::make_unique<CommunicatorImpl>(options, host, log, std::move(*mesh),
+                                                 std::move(policy), metrics);
   log.info("communicator ready", {{"rank", options.rank},
                                   {"world_size", options.world_size},
                                   {"host", host},

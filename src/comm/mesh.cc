@@ -16,10 +16,12 @@
 #include <unistd.h>
 
 #include <kiln/base/checksum.h>
+#include <kiln/base/cpu_set.h>
 #include <kiln/base/endian.h>
 
 #include <algorithm>
 #include <cstring>
+#include <fstream>
 #include <map>
 #include <mutex>
 #include <random>
@@ -43,6 +45,14 @@ constexpr int kListenBacklog = 1024;
 
 std::string key(const CommOptions& o, const char* kind, int rank) {
   return o.store_prefix + "/" + kind + "/" + std::to_string(rank);
+}
+
+// The kernel's boot id, which every process on this machine reads the same (empty if unreadable).
+std::string machine_id() {
+  std::ifstream in("/proc/sys/kernel/random/boot_id");
+  std::string id;
+  std::getline(in, id);
+  return id.size() <= 64 ? id : std::string();
 }
 
 std::string peer_name(const RankRecord& r) {
@@ -395,6 +405,8 @@ Result<std::unique_ptr<Mesh>> build_mesh(const CommOptions& o, const std::string
   mine.host = host;
   mine.pid = getpid();
   mine.labels = o.topology;
+  mine.machine = machine_id();
+  if (Result<CpuSet> cpus = CpuSet::of_this_thread(); cpus.ok()) mine.cpus = cpus->to_string();
   if (o.world_size == 1) {
     mesh->records.push_back(mine);
     mesh->ring = {0};

@@ -51,8 +51,15 @@ std::string record_to_json(const RankRecord& record) {
   j["labels"] = labels;
   j["tcp_address"] = record.tcp_address;
   j["tcp_port"] = record.tcp_port;
+  j["machine"] = record.machine;
+  j["cpus"] = record.cpus;
   return j.dump();
 }
+
+namespace {
+// A boot id is 36 characters and a cpulist of every CPU written out well under this.
+constexpr size_t kRecordFieldCharsMax = 64 << 10;
+}  // namespace
 
 Result<RankRecord> record_from_json(const std::string& json) {
   // A peer wrote it: bounded like every JSON text Kiln did not write itself (kiln/base/json.h).
@@ -70,6 +77,12 @@ Result<RankRecord> record_from_json(const std::string& json) {
     }
     r.tcp_address = j.at("tcp_address").get<std::string>();
     r.tcp_port = j.at("tcp_port").get<int>();
+    r.machine = j.at("machine").get<std::string>();
+    r.cpus = j.at("cpus").get<std::string>();
+    if (r.machine.size() > kRecordFieldCharsMax || r.cpus.size() > kRecordFieldCharsMax) {
+      return Status::invalid_argument("rank record: machine or cpus longer than " +
+                                      std::to_string(kRecordFieldCharsMax) + " characters");
+    }
   } catch (const nlohmann::json::exception& e) {
     return Status::invalid_argument(std::string("rank record: ") + e.what());
   }

@@ -25,6 +25,10 @@ struct RankRecord {
   Labels labels;
   std::string tcp_address;  // where its TCP listener is; empty when it has none
   int tcp_port = 0;
+  // The kernel's boot id: ranks with the same one run on one machine and share its CPUs
+  // (fake hosts and containers included). Empty: unknown.
+  std::string machine;
+  std::string cpus;  // the CPUs it may run on (cpulist); empty: unknown
 };
 
 // JSON for the rendezvous store, and back (kInvalidArgument names the bad field).

@@ -32,12 +32,19 @@ TEST(TopologyTest, RecordsRoundTripThroughJson) {
   r.pid = 4242;
   r.tcp_address = "10.0.0.5";
   r.tcp_port = 29500;
+  r.machine = "0b5e9c1e-5d8e-4a77-9a43-6f4f1f0e2c11";
+  r.cpus = "0-3,8";
   Result<RankRecord> back = record_from_json(record_to_json(r));
   ASSERT_TRUE(back.ok()) << back.status().to_string();
   EXPECT_EQ(back->rank, 5);
   EXPECT_EQ(back->host, "node5");
   EXPECT_EQ(back->labels, r.labels);
   EXPECT_EQ(back->tcp_port, 29500);
+  EXPECT_EQ(back->machine, r.machine);
+  EXPECT_EQ(back->cpus, "0-3,8");
+  RankRecord huge = r;
+  huge.cpus = std::string(65 << 10, '1');
+  EXPECT_TRUE(record_from_json(record_to_json(huge)).status().is_invalid_argument());
   EXPECT_TRUE(record_from_json("{\"rank\": \"x\"}").status().is_invalid_argument());
   EXPECT_TRUE(record_from_json("not json").status().is_invalid_argument());
 }

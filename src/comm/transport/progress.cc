@@ -15,12 +15,7 @@
 namespace kiln::comm {
 namespace {
 
-// Spin this long before yielding: many cross-core hand-offs (~0.1-0.25 us each here) fit in it,
-// while a blocking wake-up (20-25 us) does not, so a small collective never sleeps.
-constexpr int64_t kSpinNs = 20'000;
-// Then yield for this long before sleeping: with more ranks than cores, the peer we wait for may
-// need our core, and sched_yield hands it over without a futex round trip.
-constexpr int64_t kYieldNs = 200'000;
+// How long to spin, then yield, comes from the context's WaitPolicy (wait_policy.h).
 // Longest single sleep; bounds how late a deadline, an abort or a peer's death is noticed.
 constexpr int64_t kSleepNs = 1'000'000;
 // While spinning, read the clock once every this many iterations (a clock read costs ~20 ns).
@@ -240,10 +235,10 @@ Status Progress::wait(FunctionRef<bool()> ready, const WaitTarget& target) {
     }
     if (ready()) return Status();
     const int64_t waited_ns = now_ns - start_ns;
-    if (waited_ns < kSpinNs) {
+    if (waited_ns < ctx_.spin_ns) {
       _mm_pause();
       if (i % kSpinIterationsPerClockRead != 0) continue;
-    } else if (waited_ns < kSpinNs + kYieldNs) {
+    } else if (waited_ns < ctx_.spin_ns + ctx_.yield_ns) {
       publish_wait(target, &published);
       sched_yield();
     } else {

@@ -2,7 +2,8 @@
 // for room in a peer's buffer) goes through Progress::wait, which
 //
 //   1. spins for a few microseconds (a cross-core hand-off costs ~0.1-0.25 us here, a blocking
-//      wake-up 20-25 us, so a short spin keeps small collectives fast),
+//      wake-up 20-25 us, so a short spin keeps small collectives fast); not at all when
+//      another rank shares this rank's CPUs (wait_policy.h),
 //   2. then yields the CPU (ranks may outnumber cores: 8 ranks on 2 cores must still progress),
 //   3. then sleeps on a futex the peer rings, or in poll() on the TCP sockets, 1 ms at a time,
 //
@@ -26,6 +27,7 @@
 #include <kiln/base/status.h>
 
 #include "comm/transport/link.h"
+#include "comm/transport/wait_policy.h"
 
 namespace kiln::comm {
 
@@ -103,6 +105,10 @@ class Progress {
     const std::vector<std::string>* hosts = nullptr;  // by rank, for messages
     uint64_t coll_seq_plus1 = 0;
     int self_rank = -1;
+    // How long to spin, then yield, before sleeping (a WaitPolicy's; two integers, not the
+    // policy, since a context is built for every op).
+    int64_t spin_ns = kSpinNsAlone;
+    int64_t yield_ns = kYieldNs;
   };
 
   explicit Progress(Context context) : ctx_(std::move(context)) {}
