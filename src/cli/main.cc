@@ -41,12 +41,13 @@ void prepare_openblas_environment(char** argv) {
     if (::setenv("OPENBLAS_NUM_THREADS", "1", /*overwrite=*/1) != 0) return;
     changed = true;
   }
+  const kiln::ops::BlasInfo blas = kiln::ops::blas_info();
   const std::optional<std::string> core =
-      kiln::ops::openblas_coretype_to_force(kiln::ops::blas_info(), kiln::detect_cpu_features());
+      kiln::ops::openblas_coretype_to_force(blas, kiln::detect_cpu_features());
   if (core) {
     if (::setenv("OPENBLAS_CORETYPE", core->c_str(), /*overwrite=*/1) != 0) return;
     // For kiln facts and the logs: what the first process found, before the fix.
-    ::setenv("KILN_OPENBLAS_CORE_FOUND", kiln::ops::blas_info().core.c_str(), 1);
+    ::setenv("KILN_OPENBLAS_CORE_FOUND", blas.core.c_str(), /*overwrite=*/1);
     changed = true;
   }
   if (!changed) return;
