@@ -81,17 +81,13 @@ Result<std::unique_ptr<LocalJob>> LocalJob::start(const LaunchOptions& options, 
                                         : options.job_id;
   KILN_RETURN_IF_ERROR(check_job_id(job->job_.id, "job id"));
   job->job_.attempt = options.attempt;
-  // Planned before anything starts, so a bad --cpu-bind list costs nothing.
-  KILN_ASSIGN_OR_RETURN(CpuSet launcher_cpus, CpuSet::of_this_thread());
-  if (options.cpu_bind.mode != CpuBind::Mode::kNone) {
-    const CpuTopology topology = read_cpu_topology("/sys/devices/system", launcher_cpus);
-    KILN_ASSIGN_OR_RETURN(
-        job->placement_,
-        plan_placement(topology, options.world_size, options.threads_per_rank, options.cpu_bind));
-  } else {
-    job->placement_.ranks_per_cpu_max = options.world_size;
-    job->placement_.summary = "none: ranks left to the OS";
-  }
+  // Planned before anything starts, so a bad --cpu-bind list costs nothing. The topology covers
+  // exactly the CPUs the launcher may use, which it returns to once the ranks are spawned.
+  KILN_ASSIGN_OR_RETURN(const CpuTopology topology, this_machine_topology());
+  const CpuSet launcher_cpus = topology.all_cpus();
+  KILN_ASSIGN_OR_RETURN(
+      job->placement_,
+      plan_placement(topology, options.world_size, options.threads_per_rank, options.cpu_bind));
   log.info("placement",
            {{"cpu_bind", options.cpu_bind.to_string()}, {"summary", job->placement_.summary}});
   comm::StoreServerOptions store_options;
