@@ -75,11 +75,11 @@ TEST(BlasTest, TheLoadedLibraryReportsItsCoreAndThisCpu) {
   EXPECT_EQ(info.library, "OpenBLAS");
   EXPECT_NE(info.config.find("OpenBLAS"), std::string::npos) << info.config;
   EXPECT_FALSE(info.core.empty());
-  EXPECT_EQ(info.cpu_isa, detect_cpu_features().best_isa());
-  EXPECT_EQ(info.core_isa, openblas_core_isa(info.core));
-  // Test binaries are not started through the kiln binary's fix; what they run is whatever
-  // OpenBLAS chose, and a fallback is reported as one.
-  EXPECT_EQ(info.fallback(), info.core_isa < info.cpu_isa);
+  // Two independent reports of the library agree: its build summary names the core it loaded
+  // (DYNAMIC_ARCH builds append it). Which core that is, and whether kiln forces another, is
+  // checked against OpenBLAS itself, through ctypes, in tests/cli/cli_test.py.
+  EXPECT_NE(info.config.find(info.core), std::string::npos)
+      << "config '" << info.config << "' does not name core '" << info.core << "'";
 }
 
 }  // namespace
