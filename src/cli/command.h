@@ -39,6 +39,7 @@ Command add_facts_command(CLI::App& parent);
 Command add_agent_command(CLI::App& parent);
 Command add_store_command(CLI::App& parent);
 Command add_comm_bench_command(CLI::App& parent);
+Command add_comm_tune_command(CLI::App& parent);
 Command add_ops_check_command(CLI::App& parent);
 Command add_ops_bench_command(CLI::App& parent);
 Command add_ckpt_command(CLI::App& parent);

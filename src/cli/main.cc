@@ -129,6 +129,7 @@ int main(int argc, char** argv) {
       kiln::cli::add_sample_command(app),     kiln::cli::add_export_command(app),
       kiln::cli::add_tokenize_command(app),   kiln::cli::add_encode_command(app),
       kiln::cli::add_decode_command(app),     kiln::cli::add_ckpt_command(app),
+      kiln::cli::add_comm_tune_command(app),
   };
   const std::string word = first_command_word(argc, argv);
   if (!word.empty()) {

@@ -4,6 +4,8 @@
 #include <charconv>
 #include <cstdlib>
 
+#include <kiln/comm/machine_profile.h>
+
 #include "comm/reduce/reduce_kernels_internal.h"
 
 namespace kiln::comm {
@@ -45,7 +47,22 @@ Result<CommEnv> parse_comm_env(const EnvLookup& env, CpuIsa best) {
   if (std::optional<std::string> addr = env("KILN_COMM_ADDR"); addr) out.tcp_address = *addr;
   KILN_ASSIGN_OR_RETURN(out.spin_us, parse_wait_us(env, "KILN_COMM_SPIN_US"));
   KILN_ASSIGN_OR_RETURN(out.yield_us, parse_wait_us(env, "KILN_COMM_YIELD_US"));
+  std::optional<std::string> profile = env("KILN_COMM_PROFILE");
+  if (!profile || profile->empty()) {
+    out.profile_path = default_machine_profile_path(env);
+  } else if (*profile != "off") {
+    if ((*profile)[0] != '/') {
+      return Status::invalid_argument("KILN_COMM_PROFILE='" + *profile +
+                                      "' is neither 'off' nor an absolute path");
+    }
+    out.profile_path = *profile;
+  }
   return out;
+}
+
+Result<std::string> machine_profile_path_from_process_env() {
+  KILN_ASSIGN_OR_RETURN(const CommEnv env, comm_env_from_process());
+  return env.profile_path;
 }
 
 Result<CommEnv> comm_env_from_process() {

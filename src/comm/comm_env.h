@@ -12,6 +12,11 @@
 //                    how long a waiting op spins, then yields, before it sleeps, in whole
 //                    microseconds [0, 1000000]; unset: chosen from where the ranks run
 //                    (transport/wait_policy.h).
+//   KILN_COMM_PROFILE
+//                    where this machine's measured profile is cached (kiln/comm/machine_profile.h),
+//                    from which the spin window and the shared-memory link cost are chosen;
+//                    `off`: use the built-in constants instead. Unset or empty: the default
+//                    cache path (default_machine_profile_path).
 //
 // The rank's identity (KILN_RANK, KILN_STORE_ADDR, ...) is parsed by bootstrap.h's
 // rank_environment(), which reads it through process_env() as well.
@@ -36,6 +41,7 @@ struct CommEnv {
   std::string tcp_address;           // KILN_COMM_ADDR; empty when unset
   std::optional<int64_t> spin_us;    // KILN_COMM_SPIN_US
   std::optional<int64_t> yield_us;   // KILN_COMM_YIELD_US
+  std::string profile_path;          // KILN_COMM_PROFILE or the default; empty: off
 };
 
 // The process's environment (getenv), as an EnvLookup.

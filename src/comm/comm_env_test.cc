@@ -69,6 +69,22 @@ TEST(CommEnvTest, UnsetMeansDefaults) {
   EXPECT_FALSE(env->reduce_isa.has_value());
 }
 
+// Issue 11: where the machine profile is cached, or that none is used.
+TEST(CommEnvTest, TheProfileIsCachedWhereTheEnvironmentSaysOrNowhereWhenOff) {
+  Result<CommEnv> env = parse_comm_env(env_of({{"HOME", "/home/u"}}), CpuIsa::kAvx2);
+  ASSERT_TRUE(env.ok());
+  EXPECT_EQ(env->profile_path, "/home/u/.cache/kiln/machine-profile.json");
+  env = parse_comm_env(env_of({{"HOME", "/home/u"}, {"XDG_CACHE_HOME", "/c"}}), CpuIsa::kAvx2);
+  EXPECT_EQ(env->profile_path, "/c/kiln/machine-profile.json");
+  env = parse_comm_env(env_of({{"KILN_COMM_PROFILE", "/p/m.json"}}), CpuIsa::kAvx2);
+  EXPECT_EQ(env->profile_path, "/p/m.json");
+  env = parse_comm_env(env_of({{"KILN_COMM_PROFILE", "off"}}), CpuIsa::kAvx2);
+  EXPECT_EQ(env->profile_path, "");
+  env = parse_comm_env(env_of({{"KILN_COMM_PROFILE", "rel/m.json"}}), CpuIsa::kAvx2);
+  EXPECT_EQ(env.status().message(),
+            "KILN_COMM_PROFILE='rel/m.json' is neither 'off' nor an absolute path");
+}
+
 TEST(CommEnvTest, ReadsTheIsaAndTheAddress) {
   Result<CommEnv> env = parse_comm_env(
       env_of({{"KILN_COMM_ISA", "scalar"}, {"KILN_COMM_ADDR", "10.1.2.3"}}), CpuIsa::kAvx2);

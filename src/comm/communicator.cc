@@ -6,6 +6,7 @@
 
 #include <kiln/base/check.h>
 #include <kiln/base/clock.h>
+#include <kiln/comm/machine_profile.h>
 
 #include <nlohmann/json.hpp>
 
@@ -15,6 +16,7 @@
 #include <cstring>
 #include <deque>
 #include <mutex>
+#include <optional>
 #include <thread>
 
 #include "comm/algorithms/algorithms.h"
@@ -105,7 +107,10 @@ class CommunicatorImpl final : public Communicator {
   // Assigns sequence numbers and records the op. REQUIRES: mu_ held.
   void number(const CollectiveArgs& a, int64_t now_ns, uint64_t* seq, uint64_t* coll_seq);
   // Runs the op; `start_ns` is the monotonic time it starts at (read once by the caller).
-  Status execute(const CollectiveArgs& a, uint64_t seq, uint64_t coll_seq, int64_t start_ns);
+  // `overlapped`: run by the worker thread while the caller may compute (WaitPolicy says how
+  // each kind spins).
+  Status execute(const CollectiveArgs& a, uint64_t seq, uint64_t coll_seq, int64_t start_ns,
+                 bool overlapped);
   Status dispatch(const CollectiveArgs& a, Xfer& x);
   Status allreduce(const CollectiveArgs& a, Xfer& x);
   Status hierarchical_allreduce(const CollectiveArgs& a, const Reduction& r, Xfer& x);
@@ -129,6 +134,9 @@ class CommunicatorImpl final : public Communicator {
   bool world_has_tcp_ = false;
   bool hosts_even_ = false;          // every host has the same number of ranks
   bool hierarchy_possible_ = false;  // several hosts, and some host has several ranks
+  // The shared-memory cost the algorithm choice uses: the slowest of every rank's machine
+  // (tuning.h), the same on every rank because all see the same records.
+  LinkCost shm_cost_;
   AbortState abort_;
   FlightRecorder recorder_;
   std::vector<char> scratch_;                      // tree_reduce accumulator, kTreeBytesMax bytes
@@ -257,6 +265,10 @@ void CommunicatorImpl::build_groups() {
     world_piece = std::min(options_.tcp_message_bytes, options_.shm_message_bytes);
   }
   world_ = make_group(m.ring, world_piece);
+  std::vector<LinkCost> costs;
+  for (const RankRecord& r : m.records)
+    costs.push_back(shm_link_cost_from(r.handoff_us, r.copy_gbps, r.reduce_gbps));
+  shm_cost_ = slowest_link_cost(costs);
   hosts_even_ = true;
   size_t largest_host = 0;
   for (const auto& h : hosts) {
@@ -414,7 +426,7 @@ Status CommunicatorImpl::run(const CollectiveArgs& args) {
   const int64_t now_ns = monotonic_now_ns();
   number(args, now_ns, &seq, &coll_seq);
   lock.unlock();
-  Status status = execute(args, seq, coll_seq, now_ns);
+  Status status = execute(args, seq, coll_seq, now_ns, /*overlapped=*/false);
   lock.lock();
   busy_ = false;
   const bool wake = !queue_.empty();
@@ -434,8 +446,9 @@ void CommunicatorImpl::worker_loop() {
     busy_ = true;
     lock.unlock();
     space_cv_.notify_one();
-    Status status =
-        abort_.aborted() ? abort_.reason() : execute(p.args, p.seq, p.coll_seq, monotonic_now_ns());
+    Status status = abort_.aborted() ? abort_.reason()
+                                     : execute(p.args, p.seq, p.coll_seq, monotonic_now_ns(),
+                                               /*overlapped=*/true);
     p.work->finish(std::move(status));
     lock.lock();
     busy_ = false;
@@ -450,7 +463,7 @@ void CommunicatorImpl::worker_loop() {
 }
 
 Status CommunicatorImpl::execute(const CollectiveArgs& a, uint64_t seq, uint64_t coll_seq,
-                                 int64_t start_ns) {
+                                 int64_t start_ns, bool overlapped) {
   recorder_.record_start(seq, start_ns);
   // The label is only formatted if the op fails: building it costs more than a small collective.
   auto label = [&] { return op_label(a, seq, coll_seq); };
@@ -466,7 +479,7 @@ Status CommunicatorImpl::execute(const CollectiveArgs& a, uint64_t seq, uint64_t
   ctx.hosts = &hosts_;
   ctx.coll_seq_plus1 = is_collective(a.kind) ? coll_seq + 1 : 0;
   ctx.self_rank = options_.rank;
-  ctx.spin_ns = policy_.spin_ns;
+  ctx.spin_ns = overlapped ? policy_.spin_ns_overlapped : policy_.spin_ns;
   ctx.yield_ns = policy_.yield_ns;
   if (self_status_ != nullptr) {
     self_status_->waiting_on.store(-1, std::memory_order_relaxed);
@@ -592,7 +605,7 @@ Status CommunicatorImpl::allreduce(const CollectiveArgs& a, Xfer& x) {
     if (hierarchy_possible_ && bytes >= kHierarchicalBytesMin) {
       algo = Algorithm::kHierarchical;
     } else {
-      algo = choose_allreduce(bytes, n, world_has_tcp_ ? tcp_link_cost() : shm_link_cost());
+      algo = choose_allreduce(bytes, n, world_has_tcp_ ? tcp_link_cost() : shm_cost_);
     }
   }
   switch (algo) {
@@ -722,7 +735,12 @@ std::string CommunicatorImpl::describe_json() const {
   j["ring"] = world_.ranks;
   j["piece_bytes"] = world_.piece_bytes;
   j["hierarchical"] = hierarchy_possible_;
+  j["shm_cost"] = {{"alpha_us", shm_cost_.alpha_us},
+                   {"copy_gbps", 1.0 / (shm_cost_.beta_us_per_byte * 1000.0)},
+                   {"reduce_gbps", 3.0 / (shm_cost_.gamma_us_per_byte * 1000.0)},
+                   {"ring_from_bytes", ring_crossover_bytes(options_.world_size, shm_cost_)}};
   j["wait"] = {{"spin_us", static_cast<double>(policy_.spin_ns) / 1000.0},
+               {"spin_us_overlapped", static_cast<double>(policy_.spin_ns_overlapped) / 1000.0},
                {"yield_us", static_cast<double>(policy_.yield_ns) / 1000.0},
                {"cpu_sharers", policy_.cpu_sharers},
                {"why", policy_.why}};
@@ -748,14 +766,34 @@ Result<std::unique_ptr<Communicator>> Communicator::create(const CommOptions& op
   // KILN_COMM_* (comm_env.h): a bad value fails here, before any collective.
   KILN_ASSIGN_OR_RETURN(const CommEnv env, comm_env_from_process());
   const std::string host = options.host.empty() ? net::local_hostname() : options.host;
-  Result<std::unique_ptr<Mesh>> mesh = build_mesh(options, host, env, store, log);
+  // This machine's measured profile (read from its cache; measured once per boot, usually by the
+  // launcher before it starts the ranks). Without one the built-in constants apply: every rank
+  // still agrees on the algorithms, which come from all ranks' records.
+  std::optional<MachineProfile> profile;
+  if (!env.profile_path.empty()) {
+    ProfileCacheOptions cache;
+    cache.path = env.profile_path;
+    Result<CachedProfile> cached = load_or_measure_machine_profile(cache);
+    if (cached.ok()) {
+      profile = std::move(cached->profile);
+      if (cached->measured) {
+        log.info("machine profile measured",
+                 {{"path", cached->path}, {"measure_ms", profile->measure_ms}});
+      }
+    } else {
+      log.warn("no machine profile; comm uses its built-in costs",
+               {{"error", cached.status().to_string()}});
+    }
+  }
+  const MachineProfile* measured = profile ? &*profile : nullptr;
+  Result<std::unique_ptr<Mesh>> mesh = build_mesh(options, host, env, measured, store, log);
   if (!mesh.ok()) {
     return mesh.status().with_context("communicator rank " + std::to_string(options.rank) + "/" +
                                       std::to_string(options.world_size));
   }
   const RankRecord& mine = (*mesh)->records[static_cast<size_t>(options.rank)];
   WaitPolicy policy = choose_wait_policy(cpu_sharers((*mesh)->records, options.rank), mine.cpus,
-                                         env.spin_us, env.yield_us);
+                                         measured, env.spin_us, env.yield_us);
   auto comm = std::make_unique<CommunicatorImpl>(options, host, log, std::move(*mesh),
                                                  std::move(policy), metrics);
   log.info("communicator ready", {{"rank", options.rank},

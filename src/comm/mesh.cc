@@ -396,7 +396,8 @@ Result<std::string> resolve_tcp_address(const std::string& iface, const std::str
 }
 
 Result<std::unique_ptr<Mesh>> build_mesh(const CommOptions& o, const std::string& host,
-                                         const CommEnv& env, Store* store, const Logger& log) {
+                                         const CommEnv& env, const MachineProfile* profile,
+                                         Store* store, const Logger& log) {
   auto mesh = std::make_unique<Mesh>();
   mesh->links.resize(o.world_size);
   mesh->peer_inboxes.resize(o.world_size);
@@ -407,6 +408,11 @@ Result<std::unique_ptr<Mesh>> build_mesh(const CommOptions& o, const std::string
   mine.labels = o.topology;
   mine.machine = machine_id();
   if (Result<CpuSet> cpus = CpuSet::of_this_thread(); cpus.ok()) mine.cpus = cpus->to_string();
+  if (profile != nullptr) {
+    mine.handoff_us = profile->cross_core ? profile->handoff_ns.p50 / 1000.0 : 0;
+    mine.copy_gbps = profile->copy_gbps;
+    mine.reduce_gbps = profile->reduce_gbps;
+  }
   if (o.world_size == 1) {
     mesh->records.push_back(mine);
     mesh->ring = {0};

@@ -17,6 +17,7 @@
 #include <kiln/base/log.h>
 #include <kiln/base/result.h>
 #include <kiln/comm/communicator.h>
+#include <kiln/comm/machine_profile.h>
 #include <kiln/comm/store.h>
 
 #include "comm/comm_env.h"
@@ -48,8 +49,10 @@ struct Mesh {
 // (its KILN_COMM_ADDR is used when options.tcp_interface is empty). Fails with an error naming
 // what did not come together within options.setup_timeout_ms, and with kInvalidArgument naming
 // the host name when a rank that needs TCP has no address (see resolve_tcp_address).
+// `profile`, when not null, is this machine's: its figures go into this rank's record.
 Result<std::unique_ptr<Mesh>> build_mesh(const CommOptions& options, const std::string& host,
-                                         const CommEnv& env, Store* store, const Logger& log);
+                                         const CommEnv& env, const MachineProfile* profile,
+                                         Store* store, const Logger& log);
 
 // The IPv4 address a rank binds and advertises: the address of interface `iface` (a name such as
 // "eth0", or an IP literal), or when empty the address `host` resolves to. kInvalidArgument for

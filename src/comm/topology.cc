@@ -53,12 +53,18 @@ std::string record_to_json(const RankRecord& record) {
   j["tcp_port"] = record.tcp_port;
   j["machine"] = record.machine;
   j["cpus"] = record.cpus;
+  j["handoff_us"] = record.handoff_us;
+  j["copy_gbps"] = record.copy_gbps;
+  j["reduce_gbps"] = record.reduce_gbps;
   return j.dump();
 }
 
 namespace {
 // A boot id is 36 characters and a cpulist of every CPU written out well under this.
 constexpr size_t kRecordFieldCharsMax = 64 << 10;
+// A measured figure above this is not one (a second per hand-off, a PB/s): refused, since every
+// rank's algorithm choice depends on every record's figures.
+constexpr double kRecordFigureMax = 1e6;
 }  // namespace
 
 Result<RankRecord> record_from_json(const std::string& json) {
@@ -82,6 +88,15 @@ Result<RankRecord> record_from_json(const std::string& json) {
     if (r.machine.size() > kRecordFieldCharsMax || r.cpus.size() > kRecordFieldCharsMax) {
       return Status::invalid_argument("rank record: machine or cpus longer than " +
                                       std::to_string(kRecordFieldCharsMax) + " characters");
+    }
+    for (auto [name, field] :
+         {std::pair{"handoff_us", &r.handoff_us}, std::pair{"copy_gbps", &r.copy_gbps},
+          std::pair{"reduce_gbps", &r.reduce_gbps}}) {
+      *field = j.at(name).get<double>();
+      if (!(*field >= 0 && *field <= kRecordFigureMax)) {
+        return Status::invalid_argument(std::string("rank record: ") + name + " is not in [0, " +
+                                        std::to_string(kRecordFigureMax) + "]");
+      }
     }
   } catch (const nlohmann::json::exception& e) {
     return Status::invalid_argument(std::string("rank record: ") + e.what());

@@ -29,6 +29,11 @@ struct RankRecord {
   // (fake hosts and containers included). Empty: unknown.
   std::string machine;
   std::string cpus;  // the CPUs it may run on (cpulist); empty: unknown
+  // Its machine's measured shared-memory figures (kiln/comm/machine_profile.h), from which every
+  // rank derives the same link cost (tuning.h slowest_link_cost); 0: not measured.
+  double handoff_us = 0;
+  double copy_gbps = 0;
+  double reduce_gbps = 0;
 };
 
 // JSON for the rendezvous store, and back (kInvalidArgument names the bad field).

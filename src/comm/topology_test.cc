@@ -34,6 +34,9 @@ TEST(TopologyTest, RecordsRoundTripThroughJson) {
   r.tcp_port = 29500;
   r.machine = "0b5e9c1e-5d8e-4a77-9a43-6f4f1f0e2c11";
   r.cpus = "0-3,8";
+  r.handoff_us = 0.125;
+  r.copy_gbps = 11.5;
+  r.reduce_gbps = 20.25;
   Result<RankRecord> back = record_from_json(record_to_json(r));
   ASSERT_TRUE(back.ok()) << back.status().to_string();
   EXPECT_EQ(back->rank, 5);
@@ -42,6 +45,16 @@ TEST(TopologyTest, RecordsRoundTripThroughJson) {
   EXPECT_EQ(back->tcp_port, 29500);
   EXPECT_EQ(back->machine, r.machine);
   EXPECT_EQ(back->cpus, "0-3,8");
+  EXPECT_EQ(back->handoff_us, 0.125);
+  EXPECT_EQ(back->copy_gbps, 11.5);
+  EXPECT_EQ(back->reduce_gbps, 20.25);
+  // Every rank's algorithm choice depends on these, so a figure that is no measurement is refused.
+  RankRecord absurd = r;
+  absurd.copy_gbps = 1e9;
+  EXPECT_EQ(record_from_json(record_to_json(absurd)).status().message(),
+            "rank record: copy_gbps is not in [0, 1000000.000000]");
+  absurd.copy_gbps = -1;
+  EXPECT_TRUE(record_from_json(record_to_json(absurd)).status().is_invalid_argument());
   RankRecord huge = r;
   huge.cpus = std::string(65 << 10, '1');
   EXPECT_TRUE(record_from_json(record_to_json(huge)).status().is_invalid_argument());

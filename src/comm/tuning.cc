@@ -1,6 +1,7 @@
 // See tuning.h.
 #include "comm/tuning.h"
 
+#include <algorithm>
 #include <cmath>
 
 namespace kiln::comm {
@@ -10,6 +11,25 @@ LinkCost shm_link_cost() {
 }
 LinkCost tcp_link_cost() {
   return {20.0, 1.0 / 2'500, 1.0 / 10'000};
+}
+
+LinkCost shm_link_cost_from(double handoff_us, double copy_gbps, double reduce_gbps) {
+  LinkCost c = shm_link_cost();
+  // GB/s is bytes per ns, so 1 / (GB/s * 1000) is us per byte.
+  if (handoff_us > 0) c.alpha_us = handoff_us;
+  if (copy_gbps > 0) c.beta_us_per_byte = 1.0 / (copy_gbps * 1000.0);
+  if (reduce_gbps > 0) c.gamma_us_per_byte = 3.0 / (reduce_gbps * 1000.0);
+  return c;
+}
+
+LinkCost slowest_link_cost(const std::vector<LinkCost>& costs) {
+  LinkCost out = costs.front();
+  for (const LinkCost& c : costs) {
+    out.alpha_us = std::max(out.alpha_us, c.alpha_us);
+    out.beta_us_per_byte = std::max(out.beta_us_per_byte, c.beta_us_per_byte);
+    out.gamma_us_per_byte = std::max(out.gamma_us_per_byte, c.gamma_us_per_byte);
+  }
+  return out;
 }
 
 double ring_allreduce_cost_us(size_t bytes, int n, const LinkCost& c) {
@@ -37,6 +57,13 @@ Algorithm choose_allreduce(size_t bytes, int n, const LinkCost& c) {
   return recursive_doubling_allreduce_cost_us(bytes, n, c) < ring_allreduce_cost_us(bytes, n, c)
              ? Algorithm::kRecursiveDoubling
              : Algorithm::kRing;
+}
+
+size_t ring_crossover_bytes(int n, const LinkCost& c) {
+  for (size_t bytes = 1; bytes <= (size_t{1} << 30); bytes *= 2) {
+    if (choose_allreduce(bytes, n, c) == Algorithm::kRing) return bytes;
+  }
+  return SIZE_MAX;
 }
 
 }  // namespace kiln::comm

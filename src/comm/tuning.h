@@ -10,6 +10,7 @@
 #define KILN_COMM_TUNING_H_
 
 #include <cstddef>
+#include <vector>
 
 #include <kiln/comm/communicator.h>
 
@@ -21,17 +22,34 @@ struct LinkCost {
   double gamma_us_per_byte = 0;  // one reduction pass (read two, write one)
 };
 
-// Measured on the reference machine (2 vCPU EPYC VM): a shared-memory hand-off ~0.3 us and
-// ~10 GB/s per direction; loopback TCP ~20 us per message and ~2.5 GB/s; the reduction pass
-// ~10 GB/s. Re-measure with bench/comm/run when moving to other hardware.
+// The built-in costs, used where a machine was not measured (KILN_COMM_PROFILE=off, or the
+// profile could not be had): measured once on a 2 vCPU EPYC VM, a shared-memory hand-off
+// ~0.3 us and ~10 GB/s per direction; loopback TCP ~20 us per message and ~2.5 GB/s; the
+// reduction pass ~10 GB/s.
 LinkCost shm_link_cost();
+// TCP stays a constant: what dominates it is the wire between hosts, which a machine's own
+// profile cannot see (loopback is not the link); CommOptions::allreduce_algorithm overrides.
 LinkCost tcp_link_cost();
+
+// The shared-memory cost on a measured machine: alpha is one cross-core hand-off (p50), beta one
+// byte copied by one thread, gamma one result byte of a reduction (which reads two and writes
+// one). A figure the profile lacks (0: not measured) comes from shm_link_cost().
+LinkCost shm_link_cost_from(double handoff_us, double copy_gbps, double reduce_gbps);
+
+// The cost every rank of a group uses: field by field the slowest of its ranks' costs. All ranks
+// see the same records, so all make the same choice of algorithm, whatever machine each is on.
+// REQUIRES: !costs.empty().
+LinkCost slowest_link_cost(const std::vector<LinkCost>& costs);
 
 double ring_allreduce_cost_us(size_t bytes, int n, const LinkCost& c);
 double recursive_doubling_allreduce_cost_us(size_t bytes, int n, const LinkCost& c);
 
 // Ring or recursive doubling, whichever the model says is faster (ties go to the ring).
 Algorithm choose_allreduce(size_t bytes, int n, const LinkCost& c);
+
+// The smallest power of two of bytes (up to 1 GiB) at which choose_allreduce picks the ring for
+// a group of n; SIZE_MAX when it never does. For the log and docs: where the crossover lies.
+size_t ring_crossover_bytes(int n, const LinkCost& c);
 
 // Broadcast and reduce use a binomial tree up to this size and a pipelined chain beyond.
 // The tree's log2(n) hops beat the chain's n-1 only while the message is small; 64 KiB is one

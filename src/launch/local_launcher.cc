@@ -12,6 +12,7 @@
 #include <kiln/base/clock.h>
 #include <kiln/base/cpu_set.h>
 #include <kiln/base/cpu_topology.h>
+#include <kiln/comm/machine_profile.h>
 
 #include <algorithm>
 #include <cstring>
@@ -61,6 +62,30 @@ bool JobResult::stopped() const {
   return false;
 }
 
+namespace {
+
+void cache_machine_profile(const Logger& log) {
+  Result<std::string> path = comm::machine_profile_path_from_process_env();
+  if (!path.ok() || path->empty()) return;  // a bad value fails each rank's communicator
+  comm::ProfileCacheOptions cache;
+  cache.path = *path;
+  Result<comm::CachedProfile> got = comm::load_or_measure_machine_profile(cache);
+  if (!got.ok()) {
+    log.warn("machine profile unavailable", {{"error", got.status().to_string()}});
+    return;
+  }
+  const comm::MachineProfile& p = got->profile;
+  log.info(got->measured ? "machine profile measured" : "machine profile cached",
+           {{"path", got->path},
+            {"handoff_ns_p50", p.handoff_ns.p50},
+            {"wakeup_ns_p99", p.wakeup_ns.p99},
+            {"copy_gbps", p.copy_gbps},
+            {"reduce_gbps", p.reduce_gbps},
+            {"measure_ms", p.measure_ms}});
+}
+
+}  // namespace
+
 Result<std::unique_ptr<LocalJob>> LocalJob::start(const LaunchOptions& options, Logger log) {
   if (options.world_size < 1) return Status::invalid_argument("world size must be at least 1");
   if (options.argv.empty()) return Status::invalid_argument("no command to launch");
@@ -90,6 +115,9 @@ Result<std::unique_ptr<LocalJob>> LocalJob::start(const LaunchOptions& options, 
       plan_placement(topology, options.world_size, options.threads_per_rank, options.cpu_bind));
   log.info("placement",
            {{"cpu_bind", options.cpu_bind.to_string()}, {"summary", job->placement_.summary}});
+  // Measure the machine for comm's tuning now, while no rank runs, so that ranks read the cache
+  // instead of measuring while their peers start (kiln/comm/machine_profile.h).
+  if (options.world_size > 1) cache_machine_profile(log);
   comm::StoreServerOptions store_options;
   store_options.token = job->options_.job_token;
   KILN_ASSIGN_OR_RETURN(job->store_, comm::StoreServer::start(store_options, log.child("store")));

@@ -37,15 +37,15 @@ TEST(WaitPolicyTest, RanksOnOverlappingCpusOfOneMachineShare) {
 }
 
 TEST(WaitPolicyTest, ASharedCpuSpinsBrieflyAndAnOverrideWins) {
-  WaitPolicy alone = choose_wait_policy(1, "0", std::nullopt, std::nullopt);
+  WaitPolicy alone = choose_wait_policy(1, "0", nullptr, std::nullopt, std::nullopt);
   EXPECT_EQ(alone.spin_ns, kSpinNsAlone);
   EXPECT_EQ(alone.yield_ns, kYieldNs);
-  EXPECT_EQ(alone.why, "alone on CPUs 0");
-  WaitPolicy shared = choose_wait_policy(2, "0", std::nullopt, std::nullopt);
+  EXPECT_EQ(alone.why, "alone on CPUs 0; spin 20 us: machine not measured");
+  WaitPolicy shared = choose_wait_policy(2, "0", nullptr, std::nullopt, std::nullopt);
   EXPECT_EQ(shared.spin_ns, kSpinNsShared);
   EXPECT_EQ(shared.spin_ns, 0);
   EXPECT_EQ(shared.why, "shares CPUs 0 with 1 other rank");
-  WaitPolicy forced = choose_wait_policy(3, "0-1", int64_t{50}, int64_t{0});
+  WaitPolicy forced = choose_wait_policy(3, "0-1", nullptr, int64_t{50}, int64_t{0});
   EXPECT_EQ(forced.spin_ns, 50'000);
   EXPECT_EQ(forced.yield_ns, 0);
   EXPECT_EQ(forced.why,
