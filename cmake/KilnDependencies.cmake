@@ -15,6 +15,12 @@ pkg_check_modules(XXHASH REQUIRED IMPORTED_TARGET libxxhash)
 # buffer allocation is not thread-safe); it runs single-threaded inside each task. The `kiln`
 # binary makes sure OpenBLAS starts no threads of its own (src/cli/main.cc says why).
 pkg_check_modules(OPENBLAS REQUIRED IMPORTED_TARGET openblas)
+# oneDNN (libdnnl-dev): the other GEMM library kiln_ops races against OpenBLAS on each machine
+# (kiln/ops/gemm_library.h); it dispatches on ISA flags, so it runs the CPU's best kernels on
+# models OpenBLAS's table does not know. Debian builds it on OpenMP, whose omp_set_num_threads
+# kiln_ops calls to keep it to one thread per task.
+find_package(dnnl REQUIRED CONFIG)
+find_package(OpenMP REQUIRED COMPONENTS CXX)
 find_package(OpenSSL REQUIRED)
 
 if(KILN_BUILD_TESTS)
@@ -22,4 +28,4 @@ if(KILN_BUILD_TESTS)
 endif()
 
 message(STATUS "kiln: fmt ${fmt_VERSION}, spdlog ${spdlog_VERSION}, yaml-cpp ${yaml-cpp_VERSION}, "
-               "cpp-httplib ${HTTPLIB_VERSION}, xxhash ${XXHASH_VERSION}")
+               "cpp-httplib ${HTTPLIB_VERSION}, xxhash ${XXHASH_VERSION}, oneDNN ${dnnl_VERSION}")

@@ -392,7 +392,9 @@ def sgemm_target():
     """(output, command, inputs) of sgemm_peak, linked with Kiln's OpenBLAS found as CMake
     finds it (cmake/KilnDependencies.cmake: pkg-config)."""
     blas = pkg_config("--cflags", "--libs", "openblas")
-    return SGEMM_BIN, ["g++"] + CXXFLAGS + ["-o", SGEMM_BIN, SGEMM_SRC] + blas, [SGEMM_SRC]
+    # oneDNN beside it: the peak is the better library's (kiln/ops/gemm_library.h).
+    return (SGEMM_BIN, ["g++"] + CXXFLAGS + ["-fopenmp", "-o", SGEMM_BIN, SGEMM_SRC] + blas +
+            ["-ldnnl"], [SGEMM_SRC])
 
 
 def build(make_targets):
@@ -612,14 +614,27 @@ def sgemm_peaks(threads, account):
             if line.get("correct") is not True:
                 why = why or f"sgemm_peak on {line.get('threads')} threads computed a wrong result"
             gflops[int(line["threads"])] = float(line["gflops"])
-            facts = {"threading": line.get("blas_threading"), "config": line.get("blas_config")}
+            facts.update(threading=line.get("blas_threading"), config=line.get("blas_config"))
+            facts.setdefault("by_threads", {})[int(line["threads"])] = {
+                k: line.get(k) for k in ("best_library", "openblas_gflops", "onednn_gflops",
+                                         "onednn_version", "blas_core")}
     return gflops, facts, why
 
 
 def sgemm_peak_text(gflops, facts):
-    return (f"sgemm peak ({SGEMM_SIZE}^3, best of {SGEMM_REPS}, Kiln's OpenBLAS, "
-            f"{(facts or {}).get('threading', '?')}): 1 thread {fmt(gflops.get(1))} GFLOP/s, "
-            f"2 threads {fmt(gflops.get(2))} GFLOP/s")
+    """The peak line of a report: per thread count the better library's figure, and both."""
+    parts = []
+    for t in (1, 2):
+        d = (facts or {}).get("by_threads", {}).get(t, {})
+        both = ""
+        if d.get("openblas_gflops") is not None:
+            both = (f" ({d.get('best_library')}; OpenBLAS {d.get('blas_core')} "
+                    f"{fmt(d.get('openblas_gflops'))}, oneDNN {d.get('onednn_version')} "
+                    f"{fmt(d.get('onednn_gflops'))})")
+        parts.append(f"{t} thread{'s' if t > 1 else ''} {fmt(gflops.get(t))} GFLOP/s{both}")
+    return (f"sgemm peak ({SGEMM_SIZE}^3, best of {SGEMM_REPS}, the better of OpenBLAS "
+            f"({(facts or {}).get('threading', '?')}) and oneDNN, the two GEMM libraries Kiln "
+            f"races): " + ", ".join(parts))
 
 
 def best_peaks_quietly(measure, kinds, account, retries):

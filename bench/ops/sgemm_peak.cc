@@ -1,11 +1,13 @@
-/* OpenBLAS sgemm peak: the machine's fp32 matmul ceiling, which bench/ops/run divides every
-   matmul and attention figure by.
+/* sgemm peak: the machine's fp32 matmul ceiling, which bench/ops/run divides every matmul and
+   attention figure by and bench/train/run its MFU: the better of the two GEMM libraries
+   kiln_ops can call (kiln/ops/gemm_library.h), OpenBLAS under the core the environment names
+   and oneDNN, so that MFU is against the best kernel the CPU has.
 
-   Linked against the OpenBLAS Kiln links (pkg-config openblas: Debian's pthread build), so
-   the figure is what kiln_ops's matmuls can reach through the same library. For each thread
-   count of --threads it sets openblas_set_num_threads, runs one untimed sgemm (thread pool
+   Linked against the OpenBLAS Kiln links (pkg-config openblas: Debian's pthread build) and
+   Debian's oneDNN (OpenMP). For each thread count of --threads it sets the library's thread
+   count (openblas_set_num_threads, omp_set_num_threads), runs one untimed sgemm (thread pool
    start-up, page faults), then --reps timed C = A * B on row-major M = N = K = --size and
-   keeps the best, as a peak is reported.
+   keeps the best, as a peak is reported; "gflops" is the better library's.
 
    Invariants: 2*M*N*K flops per sgemm; A and B hold small integers (exact in fp32, and every
    dot product of the default size stays below 2^24, so the result is exact in any summation
@@ -13,6 +15,8 @@
    dot product computed here, and a wrong one makes the exit code 1. Prints one JSON line per
    thread count with --json. */
 #include <cblas.h>
+#include <omp.h>
+#include <oneapi/dnnl/dnnl.h>
 
 #include <algorithm>
 #include <charconv>
@@ -98,10 +102,30 @@ float input(uint64_t index, uint64_t stride) {
                             static_cast<int64_t>(kOffset));
 }
 
-// C (n, n) = A (n, n) * B (n, n), row-major.
-void sgemm(const std::vector<float>& a, const std::vector<float>& b, std::vector<float>* c, int n) {
+// C (n, n) = A (n, n) * B (n, n), row-major, with OpenBLAS or (onednn) oneDNN.
+void sgemm(bool onednn, const std::vector<float>& a, const std::vector<float>& b,
+           std::vector<float>* c, int n) {
+  if (onednn) {
+    dnnl_sgemm('N', 'N', n, n, n, 1.0f, a.data(), n, b.data(), n, 0.0f, c->data(), n);
+    return;
+  }
   cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, n, n, 1.0f, a.data(), n, b.data(), n,
               0.0f, c->data(), n);
+}
+
+// The best of `reps` timed runs after one untimed one, in seconds.
+double best_seconds(bool onednn, const std::vector<float>& a, const std::vector<float>& b,
+                    std::vector<float>* c, int n, uint64_t reps) {
+  sgemm(onednn, a, b, c, n);  // warmup, untimed
+  double best_s = 0;
+  for (uint64_t rep = 0; rep < reps; ++rep) {
+    const auto start = std::chrono::steady_clock::now();
+    sgemm(onednn, a, b, c, n);
+    const double s =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    if (rep == 0 || s < best_s) best_s = s;
+  }
+  return best_s;
 }
 
 bool check(const std::vector<float>& a, const std::vector<float>& b, const std::vector<float>& c,
@@ -144,35 +168,41 @@ int main(int argc, char** argv) {
   const int parallel = openblas_get_parallel();  // 0 serial, 1 pthreads, 2 OpenMP
   const char* threading = parallel == 2 ? "openmp" : parallel == 1 ? "pthread" : "serial";
   bool all_correct = true;
+  const dnnl_version_t* dv = dnnl_version();
   for (const uint64_t threads : options.threads) {
     openblas_set_num_threads(static_cast<int>(threads));
-    sgemm(a, b, &c, static_cast<int>(n));  // warmup, untimed
-    double best_s = 0;
-    for (uint64_t rep = 0; rep < options.reps; ++rep) {
-      const auto start = std::chrono::steady_clock::now();
-      sgemm(a, b, &c, static_cast<int>(n));
-      const double s =
-          std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-      if (rep == 0 || s < best_s) best_s = s;
-    }
-    const bool correct = check(a, b, c, n);
+    omp_set_num_threads(static_cast<int>(threads));
+    const double blas_s = best_seconds(false, a, b, &c, static_cast<int>(n), options.reps);
+    bool correct = check(a, b, c, n);
+    std::fill(c.begin(), c.end(), 0.0f);
+    const double dnnl_s = best_seconds(true, a, b, &c, static_cast<int>(n), options.reps);
+    correct = correct && check(a, b, c, n);
     all_correct &= correct;
-    const double gflops = flops / best_s / 1e9;
+    const double blas_gflops = flops / blas_s / 1e9;
+    const double dnnl_gflops = flops / dnnl_s / 1e9;
+    const bool dnnl_best = dnnl_gflops > blas_gflops;
+    const double gflops = dnnl_best ? dnnl_gflops : blas_gflops;
+    const double best_s = dnnl_best ? dnnl_s : blas_s;
     if (options.json) {
       std::printf(
           "{\"op\":\"sgemm\",\"m\":%llu,\"n\":%llu,\"k\":%llu,\"threads\":%llu,\"reps\":%llu,"
-          "\"best_ms\":%.4f,\"gflops\":%.3f,\"blas_threading\":\"%s\",\"blas_config\":\"%s\","
-          "\"correct\":%s}\n",
+          "\"best_ms\":%.4f,\"gflops\":%.3f,\"best_library\":\"%s\",\"openblas_gflops\":%.3f,"
+          "\"onednn_gflops\":%.3f,\"onednn_version\":\"%d.%d.%d\",\"blas_threading\":\"%s\","
+          "\"blas_config\":\"%s\",\"blas_core\":\"%s\",\"correct\":%s}\n",
           static_cast<unsigned long long>(n), static_cast<unsigned long long>(n),
           static_cast<unsigned long long>(n), static_cast<unsigned long long>(threads),
-          static_cast<unsigned long long>(options.reps), best_s * 1e3, gflops, threading,
-          openblas_get_config(), correct ? "true" : "false");
+          static_cast<unsigned long long>(options.reps), best_s * 1e3, gflops,
+          dnnl_best ? "onednn" : "openblas", blas_gflops, dnnl_gflops, dv->major, dv->minor,
+          dv->patch, threading, openblas_get_config(), openblas_get_corename(),
+          correct ? "true" : "false");
     } else {
-      std::printf("sgemm %llu^3: %.1f GFLOP/s (%llu threads, best of %llu, OpenBLAS %s: %s)%s\n",
-                  static_cast<unsigned long long>(n), gflops,
-                  static_cast<unsigned long long>(threads),
-                  static_cast<unsigned long long>(options.reps), threading, openblas_get_config(),
-                  correct ? "" : " WRONG RESULT");
+      std::printf(
+          "sgemm %llu^3, %llu threads, best of %llu: OpenBLAS (%s, %s) %.1f GFLOP/s, oneDNN "
+          "%d.%d.%d %.1f GFLOP/s%s\n",
+          static_cast<unsigned long long>(n), static_cast<unsigned long long>(threads),
+          static_cast<unsigned long long>(options.reps), openblas_get_corename(), threading,
+          blas_gflops, dv->major, dv->minor, dv->patch, dnnl_gflops,
+          correct ? "" : " WRONG RESULT");
     }
     std::fflush(stdout);
   }

@@ -42,6 +42,7 @@ void print_json(const ops::OpCheckRow& row) {
   nlohmann::ordered_json out;
   out["op"] = row.op;
   out["isa"] = cpu_isa_name(row.isa);
+  if (!row.gemm.empty()) out["gemm"] = row.gemm;
   out["shape"] = row.shape;
   out["max_rel_err"] = row.max_rel_err;
   out["tolerance"] = row.tolerance;
@@ -64,7 +65,8 @@ void print_table(const std::vector<ops::OpCheckRow>& rows) {
     tol << std::setprecision(1) << std::scientific << row.tolerance;
     std::cout << std::left << std::setw(24) << row.op << std::setw(8) << cpu_isa_name(row.isa)
               << std::setw(12) << (row.error.empty() ? err.str() : "-") << std::setw(11)
-              << tol.str() << std::setw(6) << (row.ok ? "ok" : "FAIL") << row.shape;
+              << tol.str() << std::setw(6) << (row.ok ? "ok" : "FAIL") << row.shape
+              << (row.gemm.empty() ? std::string() : " gemm=" + row.gemm);
     if (!row.ok && !row.worst.empty()) std::cout << "  (worst: " << row.worst << ")";
     std::cout << "\n";
     if (!row.error.empty()) std::cout << "    error: " << row.error << "\n";

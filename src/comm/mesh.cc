@@ -10,6 +10,8 @@
 // that happens to listen on a reused port.
 #include "comm/mesh.h"
 
+#include <kiln/base/machine_cache.h>
+
 #include <arpa/inet.h>
 #include <ifaddrs.h>
 #include <netdb.h>
@@ -45,14 +47,6 @@ constexpr int kListenBacklog = 1024;
 
 std::string key(const CommOptions& o, const char* kind, int rank) {
   return o.store_prefix + "/" + kind + "/" + std::to_string(rank);
-}
-
-// The kernel's boot id, which every process on this machine reads the same (empty if unreadable).
-std::string machine_id() {
-  std::ifstream in("/proc/sys/kernel/random/boot_id");
-  std::string id;
-  std::getline(in, id);
-  return id.size() <= 64 ? id : std::string();
 }
 
 std::string peer_name(const RankRecord& r) {
@@ -406,7 +400,7 @@ Result<std::unique_ptr<Mesh>> build_mesh(const CommOptions& o, const std::string
   mine.host = host;
   mine.pid = getpid();
   mine.labels = o.topology;
-  mine.machine = machine_id();
+  mine.machine = this_boot_id();
   if (Result<CpuSet> cpus = CpuSet::of_this_thread(); cpus.ok()) mine.cpus = cpus->to_string();
   if (profile != nullptr) {
     mine.handoff_us = profile->cross_core ? profile->handoff_ns.p50 / 1000.0 : 0;

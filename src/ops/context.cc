@@ -52,9 +52,11 @@ Result<CpuIsa> ops_isa_from_environment() {
 
 Result<Context> make_cpu_context(ThreadPool* pool) {
   KILN_ASSIGN_OR_RETURN(CpuIsa isa, ops_isa_from_environment());
+  KILN_ASSIGN_OR_RETURN(const GemmChoice gemm, process_gemm_choice());
   Context ctx;
   ctx.isa = isa;
   ctx.pool = pool;
+  ctx.gemm = gemm.library;
   return ctx;
 }
 

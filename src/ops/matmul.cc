@@ -1,12 +1,11 @@
 // See include/kiln/ops/matmul.h.
 //
-// Every GEMM is split over the Context's pool, each task calling OpenBLAS single-threaded on a
-// block of output rows (or columns, when there are too few rows): one set of compute threads
-// per process, and each element of the output is computed by one call with the whole reduction
-// dimension, so the result does not depend on the thread count.
+// Every GEMM is split over the Context's pool, each task calling the Context's GEMM library
+// (OpenBLAS or oneDNN, kiln/ops/gemm_library.h) single-threaded on a block of output rows (or
+// columns, when there are too few rows): one set of compute threads per process, and each
+// element of the output is computed by one call with the whole reduction dimension, so the
+// result does not depend on the thread count.
 #include <kiln/ops/matmul.h>
-
-#include <cblas.h>
 
 #include <algorithm>
 #include <cstdint>
@@ -15,6 +14,7 @@
 
 #include "ops/cpu/kernels_linear.h"
 #include "ops/dispatch.h"
+#include "ops/gemm_call.h"
 #include "ops/parallel.h"
 #include "ops/validate.h"
 
@@ -23,12 +23,6 @@ namespace {
 
 // Fewer rows than this per task and a split costs more than it saves.
 constexpr int64_t kMinRowsPerTask = 32;
-
-// OpenBLAS runs inside kiln_ops' pool, never with its own threads (the `kiln` binary starts it
-// with OPENBLAS_NUM_THREADS=1; this covers every other program linking kiln_ops).
-void use_single_threaded_blas() {
-  if (openblas_get_num_threads() != 1) openblas_set_num_threads(1);
-}
 
 // One row-major GEMM: C (m x n) = alpha * op(A) @ op(B) + beta * C, where op(A) is m x k
 // (A stored k x m when trans_a) and op(B) is k x n (B stored n x k when trans_b).
@@ -43,23 +37,21 @@ struct Gemm {
   float beta = 0;
   float* c = nullptr;
   int64_t ldc = 0;
+  GemmLibrary library = GemmLibrary::kOpenBlas;
 };
 
 void run_block(const Gemm& g, int64_t m0, int64_t m1, int64_t n0, int64_t n1) {
   if (m1 <= m0 || n1 <= n0) return;
   const float* a = g.trans_a ? g.a + m0 : g.a + m0 * g.lda;
   const float* b = g.trans_b ? g.b + n0 * g.ldb : g.b + n0;
-  cblas_sgemm(CblasRowMajor, g.trans_a ? CblasTrans : CblasNoTrans,
-              g.trans_b ? CblasTrans : CblasNoTrans, static_cast<int>(m1 - m0),
-              static_cast<int>(n1 - n0), static_cast<int>(g.k), 1.0f, a, static_cast<int>(g.lda), b,
-              static_cast<int>(g.ldb), g.beta, g.c + m0 * g.ldc + n0, static_cast<int>(g.ldc));
+  sgemm_single_threaded(g.library, g.trans_a, g.trans_b, m1 - m0, n1 - n0, g.k, a, g.lda, b, g.ldb,
+                        g.beta, g.c + m0 * g.ldc + n0, g.ldc);
 }
 
 // Splits the GEMM into one block per thread, by rows when there are enough of them, else by
 // columns; block edges are multiples of 16 (whole cache lines of C).
 void run_gemm(const Gemm& g, const Context& ctx) {
   if (g.m == 0 || g.n == 0) return;
-  use_single_threaded_blas();
   const int threads = ctx.threads();
   const bool by_rows = g.m >= threads * kMinRowsPerTask || g.m >= g.n;
   const int64_t extent = by_rows ? g.m : g.n;
@@ -120,6 +112,7 @@ Status matmul_forward(const MatmulParams& p, const Context& ctx) {
     return Status();
   }
   Gemm g;
+  g.library = ctx.gemm;
   g.trans_b = true;
   g.m = m, g.n = n, g.k = k;
   g.a = p.x.f32_ptr(), g.lda = p.x.stride[0];
@@ -130,7 +123,6 @@ Status matmul_forward(const MatmulParams& p, const Context& ctx) {
     // rows, while they are in cache.
     g.beta = 1.0f;
     const float* bias = p.bias.f32_ptr();
-    use_single_threaded_blas();
     const int threads = ctx.threads();
     const int64_t tasks = std::max<int64_t>(1, std::min<int64_t>(threads, m / kMinRowsPerTask));
     const int64_t step = ((m + tasks - 1) / tasks + 15) / 16 * 16;
@@ -167,6 +159,7 @@ Status matmul_backward(const MatmulBackwardParams& p, const Context& ctx) {
   }
   if (p.dx.present()) {  // dx (=|+=) dy @ w: (m x n) @ (n x k)
     Gemm g;
+    g.library = ctx.gemm;
     g.m = m, g.n = k, g.k = n;
     g.a = p.dy.f32_ptr(), g.lda = p.dy.stride[0];
     g.b = p.w.f32_ptr(), g.ldb = p.w.stride[0];
@@ -181,6 +174,7 @@ Status matmul_backward(const MatmulBackwardParams& p, const Context& ctx) {
   }
   if (p.dw.present() && m > 0) {  // dw += dy^T @ x: (n x m) @ (m x k)
     Gemm g;
+    g.library = ctx.gemm;
     g.trans_a = true;
     g.m = n, g.n = k, g.k = m;
     g.a = p.dy.f32_ptr(), g.lda = p.dy.stride[0];

@@ -81,38 +81,45 @@ struct Buffers {
   }
 };
 
-Context cpu_context(CpuIsa isa, ThreadPool* pool) {
+Context cpu_context(CpuIsa isa, ThreadPool* pool, GemmLibrary gemm = GemmLibrary::kOpenBlas) {
   Context ctx;
   ctx.isa = isa;
   ctx.pool = pool;
+  ctx.gemm = gemm;
   return ctx;
 }
+
+constexpr GemmLibrary kGemmLibraries[] = {GemmLibrary::kOpenBlas, GemmLibrary::kOneDnn};
 
 // Single rows and columns, odd sizes, a long reduction, few rows with many columns (split by
 // columns), many rows (split by rows).
 const Dims kDims[] = {{1, 1, 1},   {3, 5, 7},      {64, 48, 33}, {130, 97, 70},
                       {2, 300, 5}, {257, 3, 1000}, {40, 700, 16}};
 
+// Both GEMM libraries (kiln/ops/gemm_library.h): whichever a machine's race picks is checked.
 TEST(MatmulTest, MatchesReferenceWithAndWithoutBias) {
   for (int threads : {1, 3}) {
     ThreadPool pool(threads);
     for (CpuIsa isa : supported_isas()) {
-      const Context ctx = cpu_context(isa, &pool);
-      for (const Dims& d : kDims) {
-        for (bool with_bias : {true, false}) {
-          for (bool accumulate_dx : {false, true}) {
-            const std::string what =
-                describe(d, threads) + " isa=" + std::string(cpu_isa_name(isa)) +
-                (with_bias ? " bias" : "") + (accumulate_dx ? " accumulate_dx" : "");
-            Buffers got(d, 1), want(d, 1);
-            ASSERT_TRUE(matmul_forward(got.forward(d, with_bias), ctx).ok()) << what;
-            ASSERT_TRUE(ref::matmul_forward(want.forward(d, with_bias)).ok()) << what;
-            ASSERT_TRUE(matmul_backward(got.backward(d, accumulate_dx), ctx).ok()) << what;
-            ASSERT_TRUE(ref::matmul_backward(want.backward(d, accumulate_dx)).ok()) << what;
-            EXPECT_LE(buffer_err(got.y, want.y), kTolerance) << what << " y";
-            EXPECT_LE(buffer_err(got.dx, want.dx), kTolerance) << what << " dx";
-            EXPECT_LE(buffer_err(got.dw, want.dw), kTolerance) << what << " dw";
-            EXPECT_LE(buffer_err(got.dbias, want.dbias), kTolerance) << what << " dbias";
+      for (GemmLibrary gemm : kGemmLibraries) {
+        const Context ctx = cpu_context(isa, &pool, gemm);
+        for (const Dims& d : kDims) {
+          for (bool with_bias : {true, false}) {
+            for (bool accumulate_dx : {false, true}) {
+              const std::string what =
+                  describe(d, threads) + " isa=" + std::string(cpu_isa_name(isa)) +
+                  " gemm=" + std::string(gemm_library_name(gemm)) + (with_bias ? " bias" : "") +
+                  (accumulate_dx ? " accumulate_dx" : "");
+              Buffers got(d, 1), want(d, 1);
+              ASSERT_TRUE(matmul_forward(got.forward(d, with_bias), ctx).ok()) << what;
+              ASSERT_TRUE(ref::matmul_forward(want.forward(d, with_bias)).ok()) << what;
+              ASSERT_TRUE(matmul_backward(got.backward(d, accumulate_dx), ctx).ok()) << what;
+              ASSERT_TRUE(ref::matmul_backward(want.backward(d, accumulate_dx)).ok()) << what;
+              EXPECT_LE(buffer_err(got.y, want.y), kTolerance) << what << " y";
+              EXPECT_LE(buffer_err(got.dx, want.dx), kTolerance) << what << " dx";
+              EXPECT_LE(buffer_err(got.dw, want.dw), kTolerance) << what << " dw";
+              EXPECT_LE(buffer_err(got.dbias, want.dbias), kTolerance) << what << " dbias";
+            }
           }
         }
       }
@@ -198,26 +205,29 @@ TEST(MatmulTest, StridedViewsReadAndWriteOnlyTheirElements) {
   EXPECT_EQ(dbias, flat.dbias);
 }
 
-// Every output element is computed by one single-threaded OpenBLAS call over the whole
-// reduction, so 1, 2 and 5 threads give the same bits.
+// Every output element is computed by one single-threaded library call over the whole
+// reduction, so 1, 2 and 5 threads give the same bits, with either GEMM library.
 TEST(MatmulTest, ResultsDoNotDependOnThreadCount) {
-  for (const Dims& d : {Dims{300, 200, 150}, Dims{7, 900, 64}}) {
-    std::vector<float> y1, dx1, dw1, dbias1;
-    for (int threads : {1, 2, 5}) {
-      ThreadPool pool(threads);
-      const Context ctx = cpu_context(supported_isas().back(), &pool);
-      Buffers b(d, 6);
-      ASSERT_TRUE(matmul_forward(b.forward(d, true), ctx).ok());
-      ASSERT_TRUE(matmul_backward(b.backward(d, false), ctx).ok());
-      if (threads == 1) {
-        y1 = b.y, dx1 = b.dx, dw1 = b.dw, dbias1 = b.dbias;
-        continue;
+  for (GemmLibrary gemm : kGemmLibraries) {
+    for (const Dims& d : {Dims{300, 200, 150}, Dims{7, 900, 64}}) {
+      std::vector<float> y1, dx1, dw1, dbias1;
+      for (int threads : {1, 2, 5}) {
+        ThreadPool pool(threads);
+        const Context ctx = cpu_context(supported_isas().back(), &pool, gemm);
+        Buffers b(d, 6);
+        ASSERT_TRUE(matmul_forward(b.forward(d, true), ctx).ok());
+        ASSERT_TRUE(matmul_backward(b.backward(d, false), ctx).ok());
+        if (threads == 1) {
+          y1 = b.y, dx1 = b.dx, dw1 = b.dw, dbias1 = b.dbias;
+          continue;
+        }
+        const std::string what =
+            describe(d, threads) + " gemm=" + std::string(gemm_library_name(gemm));
+        EXPECT_EQ(b.y, y1) << what;
+        EXPECT_EQ(b.dx, dx1) << what;
+        EXPECT_EQ(b.dw, dw1) << what;
+        EXPECT_EQ(b.dbias, dbias1) << what;
       }
-      const std::string what = describe(d, threads);
-      EXPECT_EQ(b.y, y1) << what;
-      EXPECT_EQ(b.dx, dx1) << what;
-      EXPECT_EQ(b.dw, dw1) << what;
-      EXPECT_EQ(b.dbias, dbias1) << what;
     }
   }
 }

@@ -3,6 +3,7 @@
 #include <kiln/base/clock.h>
 #include <kiln/base/cpu.h>
 #include <kiln/ops/blas.h>
+#include <kiln/ops/gemm_library.h>
 #include <kiln/preflight/facts.h>
 
 #include <sys/resource.h>
@@ -139,6 +140,29 @@ Json blas_facts() {
   return b;
 }
 
+// The GEMM library kiln_ops' matmuls call on this machine, and why (kiln/ops/gemm_library.h):
+// the race's figures when it was raced, so a node whose choice differs from its peers' shows it.
+Json gemm_facts() {
+  Json g;
+  Result<ops::GemmChoice> choice = ops::process_gemm_choice();
+  if (!choice.ok()) {
+    g["library"] = nullptr;
+    g["why"] = choice.status().to_string();
+    return g;
+  }
+  g["library"] = std::string(ops::gemm_library_name(choice->library));
+  g["why"] = choice->why;
+  if (choice->race.openblas_gflops > 0) {
+    g["race"] = {{"openblas_core", choice->race.openblas_core},
+                 {"openblas_gflops", choice->race.openblas_gflops},
+                 {"onednn_version", choice->race.onednn_version},
+                 {"onednn_gflops", choice->race.onednn_gflops},
+                 {"onednn_over_openblas", choice->race.onednn_over_openblas},
+                 {"measured_at", choice->race.measured_at}};
+  }
+  return g;
+}
+
 Json memory_facts() {
   Json m;
   m["total_bytes"] = or_null(meminfo_bytes("MemTotal"));
@@ -202,6 +226,7 @@ nlohmann::ordered_json collect_node_facts() {
   facts["kernel"] = kernel_facts();
   facts["cpu"] = cpu_facts();
   facts["blas"] = blas_facts();
+  facts["gemm"] = gemm_facts();
   facts["memory"] = memory_facts();
   facts["kernel_params"] = kernel_param_facts();
   Json shared_objects = shared_object_facts();

@@ -29,6 +29,7 @@ FACT_FIELDS = {
     "gpu": ["driver_version", "cuda_driver_version", "cuda_runtime_version", "devices"],
     "blas": ["library", "config", "core", "core_isa", "cpu_isa", "fallback", "coretype_env",
              "core_chosen_by_openblas"],
+    "gemm": ["library", "why"],
 }
 
 
@@ -109,6 +110,35 @@ class FactsTest(unittest.TestCase):
         self.assertEqual((blas["core"], blas["core_isa"], blas["coretype_env"]),
                          ("Prescott", "scalar", "Prescott"))
         self.assertEqual(blas["fallback"], blas["cpu_isa"] != "scalar")
+
+    def test_the_gemm_library_is_raced_cached_or_pinned(self):
+        # Issue 11: kiln_ops calls the GEMM library that measures faster here, raced once per
+        # boot and cached; KILN_GEMM pins one, and a bad value is named.
+        with tempfile.TemporaryDirectory() as tmp:
+            cache = os.path.join(tmp, "gemm-race.json")
+            env = {k: v for k, v in os.environ.items() if k != "KILN_GEMM"}
+            env["KILN_GEMM_CACHE"] = cache
+            gemm = json.loads(run_kiln("facts", "--json", env=env).stdout)["gemm"]
+            with open(cache) as f:
+                cached = json.load(f)
+            race = gemm["race"]
+            self.assertEqual(race["openblas_gflops"], cached["openblas_gflops"])
+            self.assertEqual(race["onednn_gflops"], cached["onednn_gflops"])
+            faster = race["onednn_over_openblas"] >= 1.03
+            self.assertEqual(gemm["library"], "onednn" if faster else "openblas")
+            self.assertTrue(gemm["why"].startswith("race: oneDNN "), gemm["why"])
+            # The second process reads the cache: the same figures, not a new race.
+            again = json.loads(run_kiln("facts", "--json", env=env).stdout)["gemm"]
+            self.assertEqual(again["race"], race)
+            env["KILN_GEMM"] = "onednn"
+            pinned = json.loads(run_kiln("facts", "--json", env=env).stdout)["gemm"]
+            self.assertEqual((pinned["library"], pinned["why"]), ("onednn", "KILN_GEMM=onednn"))
+            env["KILN_GEMM"] = "mkl"
+            r = run_kiln("ops-bench", "--op", "matmul", "--shape", "M=8,N=8,K=8", "--threads", "1",
+                         env=env)
+            self.assertNotEqual(r.returncode, 0)
+            self.assertIn("KILN_GEMM: 'mkl' is not a GEMM library: openblas, onednn or auto",
+                          r.stderr)
 
     def test_facts_agree_with_the_machine(self):
         facts = json.loads(run_kiln("facts", "--json").stdout)

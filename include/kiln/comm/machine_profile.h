@@ -8,9 +8,9 @@
 // Measuring takes about 0.2 s and wants both CPUs it measures between to be idle, so it happens
 // once per machine and boot: the launcher measures before it starts ranks, and every process
 // after it reads the cached profile (`kiln comm-tune` shows it and measures it again on request).
-// The cache is one JSON file guarded by an advisory lock, so processes that start together
-// measure once between them; a profile of another boot, CPU model or format version is measured
-// anew.
+// The cache is one JSON file (kiln/base/machine_cache.h: an advisory lock, so processes that
+// start together measure once between them); a profile of another boot, CPU model or format
+// version is measured anew.
 //
 // Cache file grammar (JSON, one object; every field required):
 //   {"version": 1, "machine": BOOT_ID, "cpu_model": TEXT, "l2_bytes": N, "llc_bytes": N,
@@ -41,8 +41,8 @@ struct LatencyNs {
 
 struct MachineProfile {
   int version = kMachineProfileVersion;
-  std::string machine;    // the kernel's boot id; a profile is valid for one boot
-  std::string cpu_model;  // "GenuineIntel family 6 model 207: Intel(R) Xeon(R) Processor"
+  std::string machine;    // kiln::this_boot_id(): a profile is valid for one boot
+  std::string cpu_model;  // kiln::this_cpu_model()
   uint64_t l2_bytes = 0;  // of one core; 0 when sysfs does not say
   uint64_t llc_bytes = 0;
   std::vector<int> cpus;    // the two CPUs the cross-core figures were taken between
@@ -65,10 +65,6 @@ struct MeasureOptions {
 // affinity, or of the machine's online CPUs when the process has only one. Never fails for want
 // of a second CPU (cross_core is then false); kIoError if a thread cannot start.
 Result<MachineProfile> measure_machine_profile(const MeasureOptions& options = {});
-
-// This boot's id and this CPU's model, as measure_machine_profile() records them.
-std::string this_machine_id();
-std::string this_cpu_model();
 
 std::string machine_profile_to_json(const MachineProfile& profile);
 // kInvalidArgument naming `what` and the field for a missing, mistyped or out-of-range field.

@@ -18,6 +18,7 @@
 #include <kiln/base/cpu.h>
 #include <kiln/base/result.h>
 #include <kiln/base/thread_pool.h>
+#include <kiln/ops/gemm_library.h>
 
 namespace kiln::ops {
 
@@ -74,6 +75,9 @@ struct Context {
   // Scratch for ops that need it (attention, the norms' backward, global_grad_norm); null makes
   // each such call allocate and free its own. Results are bitwise the same either way.
   Workspace* workspace = nullptr;
+  // The library every matmul calls (kiln/ops/gemm_library.h); make_cpu_context() sets the one
+  // this machine's race chose, or KILN_GEMM's.
+  GemmLibrary gemm = GemmLibrary::kOpenBlas;
 
   int threads() const { return pool == nullptr ? 1 : pool->size(); }
 };
@@ -83,8 +87,8 @@ struct Context {
 // kNotSupported for an ISA this CPU lacks.
 Result<CpuIsa> ops_isa_from_environment();
 
-// A context for the CPU with the ISA above and `pool` (may be null), without a workspace (set
-// ctx.workspace to give it one).
+// A context for the CPU with the ISA above, the GEMM library process_gemm_choice() names and
+// `pool` (may be null), without a workspace (set ctx.workspace to give it one).
 Result<Context> make_cpu_context(ThreadPool* pool);
 
 // Every ISA this CPU can run, lowest first (what tests and `kiln ops-check` cover).

@@ -1,6 +1,8 @@
 // Issue 11: comm's tuning comes from measurements of the machine, cached once per boot.
 #include <kiln/comm/machine_profile.h>
 
+#include <kiln/base/machine_cache.h>
+
 #include <fcntl.h>
 #include <gtest/gtest.h>
 #include <sys/file.h>
@@ -93,7 +95,7 @@ TEST(MachineProfileTest, RoundTripsThroughJsonAndNamesABadField) {
 TEST(MachineProfileTest, MeasuresThisMachine) {
   Result<MachineProfile> p = measure_machine_profile(quick());
   ASSERT_TRUE(p.ok()) << p.status().to_string();
-  EXPECT_EQ(p->machine, this_machine_id());
+  EXPECT_EQ(p->machine, this_boot_id());
   EXPECT_FALSE(p->machine.empty());
   EXPECT_NE(p->cpu_model.find(" family "), std::string::npos) << p->cpu_model;
   EXPECT_GT(p->copy_gbps, 0);
@@ -132,7 +134,7 @@ TEST_F(ProfileCacheTest, AProfileOfAnotherBootOrACorruptFileIsMeasuredOver) {
   Result<CachedProfile> got = load_or_measure_machine_profile(options());
   ASSERT_TRUE(got.ok()) << got.status().to_string();
   EXPECT_TRUE(got->measured);
-  EXPECT_EQ(got->profile.machine, this_machine_id());
+  EXPECT_EQ(got->profile.machine, this_boot_id());
   std::ofstream(path_, std::ios::trunc) << "{\"version\": ";
   got = load_or_measure_machine_profile(options());
   ASSERT_TRUE(got.ok()) << got.status().to_string();

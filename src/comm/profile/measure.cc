@@ -30,6 +30,7 @@
 #include <kiln/base/clock.h>
 #include <kiln/base/cpu_set.h>
 #include <kiln/base/cpu_topology.h>
+#include <kiln/base/machine_cache.h>
 
 #include "comm/reduce/reduce_kernels.h"
 
@@ -245,7 +246,7 @@ uint64_t read_cache_bytes(int level) {
 Result<MachineProfile> measure_machine_profile(const MeasureOptions& options) {
   const int64_t start_ns = monotonic_now_ns();
   MachineProfile p;
-  p.machine = this_machine_id();
+  p.machine = this_boot_id();
   p.cpu_model = this_cpu_model();
   p.l2_bytes = read_cache_bytes(2);
   p.llc_bytes = std::max(read_cache_bytes(3), p.l2_bytes);

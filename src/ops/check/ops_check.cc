@@ -407,7 +407,7 @@ OpTolerance op_tolerance(std::string_view op) {
 }
 
 std::vector<OpCheckRow> check_op_family(OpFamily family, const OpTable& ops, CpuIsa isa,
-                                        ThreadPool* pool, uint64_t seed) {
+                                        ThreadPool* pool, uint64_t seed, GemmLibrary gemm) {
   std::vector<check::Case> cases;
   switch (family) {
     case OpFamily::kMatmul: cases = check::matmul_cases(ops, seed); break;
@@ -422,10 +422,13 @@ std::vector<OpCheckRow> check_op_family(OpFamily family, const OpTable& ops, Cpu
   Context ctx;
   ctx.isa = isa;
   ctx.pool = pool;
+  ctx.gemm = gemm;
   std::vector<OpCheckRow> rows;
   rows.reserve(cases.size());
-  for (const check::Case& c : cases)
+  for (const check::Case& c : cases) {
     rows.push_back(check::run_case(c, ctx, op_tolerance(c.op)));
+    if (family == OpFamily::kMatmul) rows.back().gemm = std::string(gemm_library_name(gemm));
+  }
   return rows;
 }
 
@@ -435,8 +438,11 @@ std::vector<OpCheckRow> run_ops_check(const std::vector<CpuIsa>& isas, ThreadPoo
   std::vector<OpCheckRow> rows;
   for (CpuIsa isa : isas) {
     for (OpFamily family : kOpFamilies) {
-      std::vector<OpCheckRow> family_rows = check_op_family(family, ops, isa, pool, seed);
-      rows.insert(rows.end(), family_rows.begin(), family_rows.end());
+      for (GemmLibrary gemm : {GemmLibrary::kOpenBlas, GemmLibrary::kOneDnn}) {
+        if (family != OpFamily::kMatmul && gemm != GemmLibrary::kOpenBlas) continue;
+        std::vector<OpCheckRow> family_rows = check_op_family(family, ops, isa, pool, seed, gemm);
+        rows.insert(rows.end(), family_rows.begin(), family_rows.end());
+      }
     }
   }
   return rows;

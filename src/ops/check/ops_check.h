@@ -39,7 +39,8 @@ namespace kiln::ops {
 struct OpCheckRow {
   std::string op;  // "layernorm_forward"
   CpuIsa isa = CpuIsa::kScalar;
-  std::string shape;       // "N=67 C=129 row_stride=133"
+  std::string gemm;   // the GEMM library the matmul rows ran ("openblas", "onednn"); else empty
+  std::string shape;  // "N=67 C=129 row_stride=133"
   double max_rel_err = 0;  // over every buffer: max |got - want| / max(|want|, floor)
   double tolerance = 0;
   bool ok = false;
@@ -104,12 +105,14 @@ struct OpTolerance {
 // KILN_CHECKs that `op` is one of the public ops.
 OpTolerance op_tolerance(std::string_view op);
 
-// The rows of one family on one ISA, running `ops` with Context{isa, pool}.
+// The rows of one family on one ISA, running `ops` with Context{isa, pool, gemm}.
 std::vector<OpCheckRow> check_op_family(OpFamily family, const OpTable& ops, CpuIsa isa,
-                                        ThreadPool* pool, uint64_t seed);
+                                        ThreadPool* pool, uint64_t seed,
+                                        GemmLibrary gemm = GemmLibrary::kOpenBlas);
 
 // Runs every public op (forward and backward as separate rows, e.g. "layernorm_forward") on each
-// ISA in `isas` for a few random shapes, comparing every output buffer with the reference.
+// ISA in `isas` for a few random shapes, comparing every output buffer with the reference; the
+// matmuls once with each GEMM library (whichever a machine's race chooses is verified).
 // `pool` may be null (single-threaded).
 std::vector<OpCheckRow> run_ops_check(const std::vector<CpuIsa>& isas, ThreadPool* pool,
                                       uint64_t seed);

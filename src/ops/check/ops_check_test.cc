@@ -44,10 +44,15 @@ TEST_P(OpsCheckTest, EveryOpMatchesItsReference) {
   }
   ThreadPool pool(kPoolThreads);
   for (ThreadPool* p : {static_cast<ThreadPool*>(nullptr), &pool}) {
-    const std::vector<OpCheckRow> rows = check_op_family(family, public_ops(), isa, p, kSeed);
-    ASSERT_FALSE(rows.empty());
-    for (const OpCheckRow& row : rows)
-      EXPECT_TRUE(row.ok) << describe(row) << " threads=" << (p ? p->size() : 1);
+    for (GemmLibrary gemm : {GemmLibrary::kOpenBlas, GemmLibrary::kOneDnn}) {
+      const std::vector<OpCheckRow> rows =
+          check_op_family(family, public_ops(), isa, p, kSeed, gemm);
+      ASSERT_FALSE(rows.empty());
+      for (const OpCheckRow& row : rows) {
+        EXPECT_TRUE(row.ok) << describe(row) << " threads=" << (p ? p->size() : 1)
+                            << " gemm=" << gemm_library_name(gemm);
+      }
+    }
   }
 }
 
