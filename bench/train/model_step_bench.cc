@@ -1,13 +1,14 @@
 // kiln_model_step_bench: tokens/s of one GPT-2 training step (forward, backward, gradient norm,
 // AdamW) on kiln_train's Gpt2, per thread count, with the time of each phase and of each op.
 //
-//   kiln_model_step_bench [--batch 8] [--seq 256] [--steps 5] [--threads 1,2] [--no-ops]
+//   kiln_model_step_bench [--model tiny|gpt2-124m] [--batch 8] [--seq 256] [--steps 5]
+//                         [--threads 1,2] [--no-ops]
 //
 // The model is configs/tiny.yaml's (6 layers, 6 heads, C = 384, block 256, V = 50257 padded to
-// 50304). Each thread count gets its own pool, ops workspace and model; one untimed step warms up
-// (page faults, OpenBLAS's buffers, the workspace's growth), then --steps steps are timed and the
-// median is reported, as tokens/s = B * T / step time, and as GFLOP/s by the model's
-// flops_per_token (llm.c's 6N + 6LCT).
+// 50304) or gpt2-124m's (12 layers, 12 heads, C = 768). Each thread count gets its own pool, ops
+// workspace and model; one untimed step warms up (page faults, OpenBLAS's buffers, the workspace's
+// growth), then --steps steps are timed and the median is reported, as tokens/s = B * T / step
+// time, and as GFLOP/s by the model's flops_per_token (llm.c's 6N + 6LCT).
 //
 // The per-op table times each op alone on the step's shapes (its own buffers, the median of a
 // few calls) and multiplies by its calls per step; the sum beside the measured step shows what
@@ -50,6 +51,7 @@ struct Options {
   int steps = 5;
   std::vector<int> threads = {1, 2};
   bool ops = true;
+  std::string model = "tiny";  // tiny or gpt2-124m (configs/<model>.yaml's shape)
 };
 
 // Timed calls per op: the median of this many, after one warm-up call.
@@ -76,6 +78,9 @@ bool parse(int argc, char** argv, Options* o) {
     const bool has_value = i + 1 < argc;
     if (a == "--no-ops") {
       o->ops = false;
+    } else if (a == "--model" && has_value) {
+      o->model = argv[++i];
+      if (o->model != "tiny" && o->model != "gpt2-124m") return false;
     } else if (a == "--batch" && has_value) {
       o->batch = std::stoi(argv[++i]);
     } else if (a == "--seq" && has_value) {
@@ -103,6 +108,17 @@ ModelConfig tiny() {
   c.n_layer = 6;
   c.n_head = 6;
   c.n_embd = 384;
+  c.block_size = 256;
+  c.vocab_size = 50257;
+  return c;
+}
+
+// configs/gpt2-124m.yaml's shape (block 256 here: the bench's --seq stops there).
+ModelConfig gpt2_124m() {
+  ModelConfig c;
+  c.n_layer = 12;
+  c.n_head = 12;
+  c.n_embd = 768;
   c.block_size = 256;
   c.vocab_size = 50257;
   return c;
@@ -251,14 +267,16 @@ int main(int argc, char** argv) {
   Options o;
   if (!parse(argc, argv, &o)) {
     std::fprintf(stderr,
-                 "usage: kiln_model_step_bench [--batch B] [--seq T<=256] [--steps N] "
+                 "usage: kiln_model_step_bench [--model tiny|gpt2-124m] [--batch B] [--seq T<=256] "
+                 "[--steps N] "
                  "[--threads 1,2] [--no-ops]\n");
     return 2;
   }
-  const ModelConfig config = tiny();
+  const ModelConfig config = o.model == "gpt2-124m" ? gpt2_124m() : tiny();
   const int64_t tokens_per_step = static_cast<int64_t>(o.batch) * o.seq;
-  std::printf("GPT-2 tiny (L=6 H=6 C=384 V=50257->50304), B=%d T=%d, %d timed steps\n", o.batch,
-              o.seq, o.steps);
+  std::printf("GPT-2 %s (L=%d H=%d C=%d V=%d->50304), B=%d T=%d, %d timed steps\n", o.model.c_str(),
+              config.n_layer, config.n_head, config.n_embd, config.vocab_size, o.batch, o.seq,
+              o.steps);
   for (int threads : o.threads) {
     ThreadPool pool(threads);
     kiln::ops::Workspace workspace;  // the ops' scratch, as the trainer gives it

@@ -81,6 +81,12 @@ Result<GemmChoice> choose_now() {
     if (race.machine != this_boot_id() || race.cpu_model != this_cpu_model()) {
       return Status::not_found(cache.path + ": raced on another boot or CPU");
     }
+    // A race against another OpenBLAS core (a process that did not force it, or a user's
+    // OPENBLAS_CORETYPE) says nothing about this process's OpenBLAS.
+    const char* core = openblas_get_corename();
+    if (race.openblas_core != (core != nullptr ? core : "")) {
+      return Status::not_found(cache.path + ": raced against OpenBLAS core " + race.openblas_core);
+    }
     return Status();
   };
   const auto measure = [&]() -> Result<std::string> {

@@ -71,9 +71,11 @@ struct GemmChoice {
 
 // The choice for this process: KILN_GEMM (openblas | onednn | auto; unset or empty: auto), and
 // for auto the race cached at KILN_GEMM_CACHE or kiln_cache_dir()/gemm-race.json, run and
-// cached when missing or of another boot. Made once per process (later calls return the first
-// answer); kInvalidArgument naming KILN_GEMM for a bad value. A race that cannot be run or
-// cached is not an error: OpenBLAS, with the reason in `why`.
+// cached when missing or of another boot, CPU model or OpenBLAS core (the `kiln` binary forces
+// the core where OpenBLAS falls back; a test binary does not, and must not reuse its race). Made
+// once per process (later calls return the first answer); kInvalidArgument naming KILN_GEMM for a
+// bad value. A race that cannot be run or cached is not an error: OpenBLAS, with the reason in
+// `why`.
 Result<GemmChoice> process_gemm_choice();
 
 }  // namespace kiln::ops
