@@ -38,11 +38,19 @@ void print_human(const comm::CachedProfile& got, const comm::TuningChoices& c) {
   } else {
     std::printf("  one CPU only: no cross-core figures\n");
   }
-  std::printf("  one thread: copy %.1f GB/s, f32 reduce %.1f GB/s (3 x bytes)\n", p.copy_gbps,
-              p.reduce_gbps);
+  std::printf(
+      "  one thread: copy %.1f GB/s, f32 reduce %.1f GB/s, dst streamed %.1f GB/s "
+      "(3 x bytes, a 64 KiB message at a time)\n",
+      p.copy_gbps, p.reduce_gbps, p.reduce_stream_gbps);
   std::printf("chosen: %s\n", c.spin_why.c_str());
   std::printf("  shared-memory link cost: %.3f us + 1/%.1f GB/s + reduce 1/%.1f GB/s\n",
               c.shm_alpha_us, c.shm_copy_gbps, c.shm_reduce_gbps);
+  if (c.stream_out_bytes_min == UINT64_MAX) {
+    std::printf("  collective outputs: stored plainly (streaming did not measure faster)\n");
+  } else {
+    std::printf("  collective outputs of %llu bytes and more: stored non-temporally\n",
+                static_cast<unsigned long long>(c.stream_out_bytes_min));
+  }
   for (const auto& [n, bytes] : c.ring_from_bytes) {
     std::printf("  allreduce on %d ranks: recursive doubling below %llu bytes, ring from there\n",
                 n, static_cast<unsigned long long>(bytes));

@@ -92,6 +92,8 @@ class CommunicatorImpl final : public Communicator {
   bool aborted() const override { return abort_.aborted(); }
   const FlightRecorder& flight_recorder() const override { return recorder_; }
   std::string describe_json() const override;
+  // Set once, before the first op (Communicator::create).
+  void set_stream_out_bytes_min(size_t bytes) { stream_out_bytes_min_ = bytes; }
 
  private:
   struct Pending {
@@ -137,6 +139,9 @@ class CommunicatorImpl final : public Communicator {
   // The shared-memory cost the algorithm choice uses: the slowest of every rank's machine
   // (tuning.h), the same on every rank because all see the same records.
   LinkCost shm_cost_;
+  // Ops whose output is at least this many bytes write it non-temporally (tuning.h
+  // stream_output_bytes_min, from this machine's profile); SIZE_MAX: never.
+  size_t stream_out_bytes_min_ = SIZE_MAX;
   AbortState abort_;
   FlightRecorder recorder_;
   std::vector<char> scratch_;                      // tree_reduce accumulator, kTreeBytesMax bytes
@@ -492,6 +497,7 @@ Status CommunicatorImpl::execute(const CollectiveArgs& a, uint64_t seq, uint64_t
   Xfer x;
   x.progress = &progress;
   x.tag = is_collective(a.kind) ? collective_tag(a.kind, coll_seq) : point_to_point_tag(a.tag);
+  x.stream_out = op_bytes(a) >= stream_out_bytes_min_;
   Status status = progress.check_abort();
   if (status.ok()) status = dispatch(a, x);
   // TCP sends move only while some op waits on something: an op is complete once its messages
@@ -739,6 +745,7 @@ std::string CommunicatorImpl::describe_json() const {
                    {"copy_gbps", 1.0 / (shm_cost_.beta_us_per_byte * 1000.0)},
                    {"reduce_gbps", 3.0 / (shm_cost_.gamma_us_per_byte * 1000.0)},
                    {"ring_from_bytes", ring_crossover_bytes(options_.world_size, shm_cost_)}};
+  j["stream_out_bytes_min"] = stream_out_bytes_min_;
   j["wait"] = {{"spin_us", static_cast<double>(policy_.spin_ns) / 1000.0},
                {"spin_us_overlapped", static_cast<double>(policy_.spin_ns_overlapped) / 1000.0},
                {"yield_us", static_cast<double>(policy_.yield_ns) / 1000.0},
@@ -796,6 +803,10 @@ Result<std::unique_ptr<Communicator>> Communicator::create(const CommOptions& op
                                          measured, env.spin_us, env.yield_us);
   auto comm = std::make_unique<CommunicatorImpl>(options, host, log, std::move(*mesh),
                                                  std::move(policy), metrics);
+  if (measured != nullptr) {
+    comm->set_stream_out_bytes_min(stream_output_bytes_min(
+        measured->reduce_gbps, measured->reduce_stream_gbps, measured->l2_bytes));
+  }
   log.info("communicator ready", {{"rank", options.rank},
                                   {"world_size", options.world_size},
                                   {"host", host},

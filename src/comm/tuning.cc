@@ -59,6 +59,13 @@ Algorithm choose_allreduce(size_t bytes, int n, const LinkCost& c) {
              : Algorithm::kRing;
 }
 
+size_t stream_output_bytes_min(double reduce_gbps, double reduce_stream_gbps, uint64_t l2_bytes) {
+  if (reduce_gbps <= 0 || reduce_stream_gbps < kStreamOutGain * reduce_gbps || l2_bytes == 0) {
+    return SIZE_MAX;
+  }
+  return static_cast<size_t>(kStreamOutL2Multiple * l2_bytes);
+}
+
 size_t ring_crossover_bytes(int n, const LinkCost& c) {
   for (size_t bytes = 1; bytes <= (size_t{1} << 30); bytes *= 2) {
     if (choose_allreduce(bytes, n, c) == Algorithm::kRing) return bytes;

@@ -51,6 +51,19 @@ Algorithm choose_allreduce(size_t bytes, int n, const LinkCost& c);
 // a group of n; SIZE_MAX when it never does. For the log and docs: where the crossover lies.
 size_t ring_crossover_bytes(int n, const LinkCost& c);
 
+// Collectives write their output with non-temporal stores (Xfer::stream_out) from this many
+// bytes of output on, on a machine whose profile measured that faster; SIZE_MAX: never.
+// Why: a collective writes its output a message at a time, so each of its reduce and copy calls
+// is small, but an output many times a core's L2 is not read back from cache, and a plain store
+// first reads every line it writes (read-for-ownership): a quarter more memory traffic for a
+// reduction, half more for a copy. Where streaming stores measured at least kStreamOutGain x
+// plain (reduce_stream_gbps against reduce_gbps, one message at a time over buffers larger than
+// the cache), outputs of kStreamOutL2Multiple x L2 and more stream; an output within a few L2s
+// is likely read again from cache by the caller, and stays there.
+inline constexpr double kStreamOutGain = 1.05;
+inline constexpr uint64_t kStreamOutL2Multiple = 4;
+size_t stream_output_bytes_min(double reduce_gbps, double reduce_stream_gbps, uint64_t l2_bytes);
+
 // Broadcast and reduce use a binomial tree up to this size and a pipelined chain beyond.
 // The tree's log2(n) hops beat the chain's n-1 only while the message is small; 64 KiB is one
 // shared-memory message, where the chain cannot pipeline yet.

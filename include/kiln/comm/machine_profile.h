@@ -13,10 +13,11 @@
 // version is measured anew.
 //
 // Cache file grammar (JSON, one object; every field required):
-//   {"version": 1, "machine": BOOT_ID, "cpu_model": TEXT, "l2_bytes": N, "llc_bytes": N,
+//   {"version": 2, "machine": BOOT_ID, "cpu_model": TEXT, "l2_bytes": N, "llc_bytes": N,
 //    "cpus": [A, B], "cross_core": BOOL,
 //    "handoff_ns": {"p50": X, "p90": X, "p99": X}, "wakeup_ns": {"p50": X, "p90": X, "p99": X},
-//    "copy_gbps": X, "reduce_gbps": X, "measure_ms": N, "measured_at": ISO_TIME}
+//    "copy_gbps": X, "reduce_gbps": X, "reduce_stream_gbps": X, "measure_ms": N,
+//    "measured_at": ISO_TIME}
 #ifndef KILN_COMM_MACHINE_PROFILE_H_
 #define KILN_COMM_MACHINE_PROFILE_H_
 
@@ -31,7 +32,7 @@
 
 namespace kiln::comm {
 
-inline constexpr int kMachineProfileVersion = 1;
+inline constexpr int kMachineProfileVersion = 2;
 
 struct LatencyNs {
   double p50 = 0;
@@ -51,6 +52,9 @@ struct MachineProfile {
   LatencyNs wakeup_ns;      // FUTEX_WAKE on one core to the waiter running on the other
   double copy_gbps = 0;     // memcpy of buffers larger than the last-level cache, one thread
   double reduce_gbps = 0;   // f32 dst = a + b of such buffers, counting 3 x bytes, one thread
+  // The same with dst stored non-temporally (ReduceArgs::stream_dst): whether a collective's
+  // large output should bypass the cache on this machine (tuning.h stream_output_bytes_min).
+  double reduce_stream_gbps = 0;
   int64_t measure_ms = 0;   // how long measuring took
   std::string measured_at;  // UTC, ISO 8601
 };
@@ -110,6 +114,9 @@ struct TuningChoices {
   // For groups of 2, 4, 8 and 16 ranks on shared memory: the smallest power-of-two size in
   // bytes at which allreduce takes the ring rather than recursive doubling.
   std::vector<std::pair<int, uint64_t>> ring_from_bytes;
+  // Collectives write outputs of this many bytes and more with non-temporal stores; UINT64_MAX:
+  // never (streaming did not measure faster, or nothing was measured).
+  uint64_t stream_out_bytes_min = UINT64_MAX;
 };
 TuningChoices tuning_choices(const MachineProfile* profile);
 

@@ -49,6 +49,10 @@ struct Group {
 struct Xfer {
   Progress* progress = nullptr;
   uint32_t tag = 0;
+  // The op's output is large enough that writing it a message at a time should bypass the cache
+  // (tuning.h stream_output): the primitives that write the destination buffer then store it
+  // non-temporally; what goes into a link's slot is always stored plainly.
+  bool stream_out = false;
 };
 
 struct Reduction {

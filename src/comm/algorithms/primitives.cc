@@ -38,7 +38,11 @@ Status send_bytes(Link* to, const void* src, size_t bytes, Xfer& x) {
 
 Status recv_bytes(Link* from, void* dst, size_t bytes, Xfer& x) {
   KILN_ASSIGN_OR_RETURN(const void* msg, from->peek(bytes, x.tag, *x.progress));
-  if (bytes != 0) std::memcpy(dst, msg, bytes);
+  if (bytes != 0 && x.stream_out) {
+    copy2_stream_dst(dst, nullptr, msg, bytes);
+  } else if (bytes != 0) {
+    std::memcpy(dst, msg, bytes);
+  }
   from->release();
   return Status();
 }
@@ -57,7 +61,9 @@ Status recv_reduce_copy(Link* from, const void* local, void* dst, size_t count, 
                         bool last_step, Xfer& x) {
   const size_t bytes = count * dtype_size(r.dtype);
   KILN_ASSIGN_OR_RETURN(const void* msg, from->peek(bytes, x.tag, *x.progress));
-  reduce(reduce_args(dst, nullptr, msg, local, count, r, last_step));
+  ReduceArgs args = reduce_args(dst, nullptr, msg, local, count, r, last_step);
+  args.stream_dst = x.stream_out;
+  reduce(args);
   from->release();
   return Status();
 }
@@ -67,7 +73,9 @@ Status recv_reduce_copy_send(Link* from, Link* to, const void* local, void* dst,
   const size_t bytes = count * dtype_size(r.dtype);
   KILN_ASSIGN_OR_RETURN(const void* msg, from->peek(bytes, x.tag, *x.progress));
   KILN_ASSIGN_OR_RETURN(void* slot, to->reserve(bytes, x.tag, *x.progress));
-  reduce(reduce_args(dst, slot, msg, local, count, r, last_step));
+  ReduceArgs args = reduce_args(dst, slot, msg, local, count, r, last_step);
+  args.stream_dst = x.stream_out;
+  reduce(args);
   from->release();
   return to->commit(*x.progress);
 }
@@ -75,7 +83,11 @@ Status recv_reduce_copy_send(Link* from, Link* to, const void* local, void* dst,
 Status recv_copy_send(Link* from, Link* to, void* dst, size_t bytes, Xfer& x) {
   KILN_ASSIGN_OR_RETURN(const void* msg, from->peek(bytes, x.tag, *x.progress));
   KILN_ASSIGN_OR_RETURN(void* slot, to->reserve(bytes, x.tag, *x.progress));
-  if (bytes != 0) copy2(dst, slot, msg, bytes);
+  if (bytes != 0 && x.stream_out) {
+    copy2_stream_dst(dst, slot, msg, bytes);
+  } else if (bytes != 0) {
+    copy2(dst, slot, msg, bytes);
+  }
   from->release();
   return to->commit(*x.progress);
 }

@@ -20,6 +20,10 @@ TuningChoices tuning_choices(const MachineProfile* profile) {
   out.shm_alpha_us = cost.alpha_us;
   out.shm_copy_gbps = 1.0 / (cost.beta_us_per_byte * 1000.0);
   out.shm_reduce_gbps = 3.0 / (cost.gamma_us_per_byte * 1000.0);
+  if (profile != nullptr) {
+    out.stream_out_bytes_min = stream_output_bytes_min(
+        profile->reduce_gbps, profile->reduce_stream_gbps, profile->l2_bytes);
+  }
   for (int n : {2, 4, 8, 16})
     out.ring_from_bytes.emplace_back(n, ring_crossover_bytes(n, cost));
   return out;

@@ -36,6 +36,7 @@ std::string machine_profile_to_json(const MachineProfile& p) {
   j["wakeup_ns"] = latency_json(p.wakeup_ns);
   j["copy_gbps"] = p.copy_gbps;
   j["reduce_gbps"] = p.reduce_gbps;
+  j["reduce_stream_gbps"] = p.reduce_stream_gbps;
   j["measure_ms"] = p.measure_ms;
   j["measured_at"] = p.measured_at;
   return j.dump();
@@ -87,6 +88,12 @@ Result<MachineProfile> machine_profile_from_json(std::string_view json, std::str
     p.reduce_gbps = j.at(field).get<double>();
     if (!(p.copy_gbps > 0 && p.copy_gbps < kGbpsMax && p.reduce_gbps > 0 &&
           p.reduce_gbps < kGbpsMax)) {
+      return Status::invalid_argument(where + ": field " + field +
+                                      ": bandwidths must be in (0, 1e4) GB/s");
+    }
+    field = "reduce_stream_gbps";
+    p.reduce_stream_gbps = j.at(field).get<double>();
+    if (!(p.reduce_stream_gbps > 0 && p.reduce_stream_gbps < kGbpsMax)) {
       return Status::invalid_argument(where + ": field " + field +
                                       ": bandwidths must be in (0, 1e4) GB/s");
     }

@@ -60,6 +60,7 @@ MachineProfile sample() {
   p.wakeup_ns = {21'000, 28'000, 45'000};
   p.copy_gbps = 11.25;
   p.reduce_gbps = 19.5;
+  p.reduce_stream_gbps = 24.25;
   p.measure_ms = 120;
   p.measured_at = "2026-12-02T06:00:00Z";
   return p;
@@ -76,7 +77,7 @@ TEST(MachineProfileTest, RoundTripsThroughJsonAndNamesABadField) {
   MachineProfile bad = p;
   bad.version = 7;
   EXPECT_EQ(machine_profile_from_json(machine_profile_to_json(bad), "f.json").status().message(),
-            "f.json: field version: 7, this kiln reads 1");
+            "f.json: field version: 7, this kiln reads 2");
   bad = p;
   bad.wakeup_ns.p90 = 50'000;  // above its p99
   EXPECT_EQ(machine_profile_from_json(machine_profile_to_json(bad), "f.json").status().message(),
@@ -85,7 +86,7 @@ TEST(MachineProfileTest, RoundTripsThroughJsonAndNamesABadField) {
   bad.reduce_gbps = 0;
   EXPECT_EQ(machine_profile_from_json(machine_profile_to_json(bad), "f.json").status().message(),
             "f.json: field reduce_gbps: bandwidths must be in (0, 1e4) GB/s");
-  const Status missing = machine_profile_from_json(R"({"version": 1})", "f.json").status();
+  const Status missing = machine_profile_from_json(R"({"version": 2})", "f.json").status();
   EXPECT_TRUE(missing.is_invalid_argument());
   EXPECT_NE(missing.message().find("f.json: field machine"), std::string::npos)
       << missing.message();
@@ -100,6 +101,7 @@ TEST(MachineProfileTest, MeasuresThisMachine) {
   EXPECT_NE(p->cpu_model.find(" family "), std::string::npos) << p->cpu_model;
   EXPECT_GT(p->copy_gbps, 0);
   EXPECT_GT(p->reduce_gbps, 0);
+  EXPECT_GT(p->reduce_stream_gbps, 0);
   if (std::thread::hardware_concurrency() >= 2) {
     ASSERT_TRUE(p->cross_core);
     EXPECT_EQ(p->cpus.size(), 2u);
@@ -198,6 +200,16 @@ TEST(ProfileTuningTest, TheSpinOutlastsTheMeasuredWakeUpWithinBounds) {
   const WaitPolicy forced = choose_wait_policy(1, "3", &p, int64_t{7}, std::nullopt);
   EXPECT_EQ(forced.spin_ns, 7'000);
   EXPECT_EQ(forced.spin_ns_overlapped, 7'000);
+}
+
+TEST(ProfileTuningTest, OutputsStreamOnlyWhereStreamingMeasuredFasterAndOnlyLargeOnes) {
+  EXPECT_EQ(stream_output_bytes_min(19.5, 24.25, 2 << 20), size_t{8} << 20);  // 4 x L2
+  EXPECT_EQ(stream_output_bytes_min(19.5, 20.0, 2 << 20), SIZE_MAX);  // within the 5% margin
+  EXPECT_EQ(stream_output_bytes_min(19.5, 24.25, 0), SIZE_MAX);       // no L2 size known
+  EXPECT_EQ(stream_output_bytes_min(0, 0, 2 << 20), SIZE_MAX);        // nothing measured
+  const MachineProfile p = sample();
+  EXPECT_EQ(tuning_choices(&p).stream_out_bytes_min, uint64_t{8} << 20);
+  EXPECT_EQ(tuning_choices(nullptr).stream_out_bytes_min, UINT64_MAX);
 }
 
 TEST(ProfileTuningTest, TheLinkCostComesFromTheSlowestMachineOfTheGroup) {

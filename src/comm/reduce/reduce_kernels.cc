@@ -6,8 +6,11 @@
 // process (function-local statics, computed once and never changed).
 #include "comm/reduce/reduce_kernels.h"
 
+#include <algorithm>
 #include <cstdint>
 #include <cstring>
+
+#include <emmintrin.h>
 #include <initializer_list>
 #include <string>
 #include <utility>
@@ -94,6 +97,10 @@ KernelArgs kernel_args(const ReduceArgs& args) {
   k.dtype = args.dtype;
   k.kind = kind_of(args);
   k.divide_by = k.kind == Kind::kAvg ? args.divide_by : 1;
+  // A destination this large streams whole (dst2 too); a smaller one only dst, and only when
+  // the caller asked.
+  k.stream_dst2 = bytes >= reduce_internal::kStreamBytesMin;
+  k.stream = k.stream_dst2 || args.stream_dst;
   return k;
 }
 
@@ -177,6 +184,34 @@ void copy2(void* dst, void* dst2, const void* src, size_t bytes) {
     std::memcpy(first + off, s + off, n);
     std::memcpy(second + off, s + off, n);
   }
+}
+
+void copy2_stream_dst(void* dst, void* dst2, const void* src, size_t bytes) {
+  if (bytes == 0) return;
+  KILN_CHECK(dst != nullptr && src != nullptr)
+      << "copy2_stream_dst: null dst or src with " << bytes << " bytes";
+  KILN_CHECK(!partially_overlap(dst, bytes, src, bytes))
+      << "copy2_stream_dst: dst partially overlaps src";
+  KILN_CHECK(!partially_overlap(dst2, bytes, src, bytes))
+      << "copy2_stream_dst: dst2 partially overlaps src";
+  KILN_CHECK(!partially_overlap(dst, bytes, dst2, bytes))
+      << "copy2_stream_dst: dst partially overlaps dst2";
+  if (dst2 != nullptr && dst2 != src && dst2 != dst) std::memcpy(dst2, src, bytes);
+  if (dst == src) return;
+  auto* d = static_cast<unsigned char*>(dst);
+  const auto* s = static_cast<const unsigned char*>(src);
+  // Plain bytes up to dst's first 16-byte boundary, streamed 16-byte vectors (SSE2: every
+  // x86-64 has it), plain bytes for the tail, then an SFENCE that orders the streamed stores
+  // before any later store of this thread (a flag telling a peer the data is there).
+  const size_t head = std::min(bytes, (16 - reinterpret_cast<uintptr_t>(d) % 16) % 16);
+  std::memcpy(d, s, head);
+  size_t off = head;
+  for (; bytes - off >= 16; off += 16) {
+    _mm_stream_si128(reinterpret_cast<__m128i*>(d + off),
+                     _mm_loadu_si128(reinterpret_cast<const __m128i*>(s + off)));
+  }
+  std::memcpy(d + off, s + off, bytes - off);
+  _mm_sfence();
 }
 
 }  // namespace kiln::comm

@@ -34,6 +34,11 @@ struct ReduceArgs {
   DataType dtype = DataType::kF32;
   ReduceOp op = ReduceOp::kSum;  // kAvg reduces like kSum here ...
   int divide_by = 1;  // ... and when > 1 the result is divided by it (last step of an avg)
+  // Store dst non-temporally even when this call is small: the caller knows dst is not read
+  // again soon (the output of a large collective, written one message at a time), so fetching
+  // its lines first (the read-for-ownership of a plain store) only spends memory bandwidth. dst2
+  // (a link's slot, which a peer reads next) is still stored plainly. Results are identical.
+  bool stream_dst = false;
 };
 
 // dst/dst2 may alias a or b exactly (in place) but never partially overlap. Pointers need no
@@ -48,6 +53,10 @@ void reduce_with_isa(const ReduceArgs& args, CpuIsa isa);
 // memory. dst or dst2 may equal src (that copy is then skipped) but no range may partially
 // overlap another.
 void copy2(void* dst, void* dst2, const void* src, size_t bytes);
+
+// copy2, with dst written by non-temporal stores (16-byte SSE2 streams, then an SFENCE) for the
+// reason of ReduceArgs::stream_dst; dst2 is written plainly. Same REQUIRES as copy2.
+void copy2_stream_dst(void* dst, void* dst2, const void* src, size_t bytes);
 
 // The ISA reduce() uses: the best the CPU has, unless the environment variable KILN_COMM_ISA
 // (scalar|avx2|avx512) asks for a lower one (read once at first use, see comm_env.h). An empty

@@ -250,7 +250,7 @@ struct Ptrs {
 // Elements [i, end) in full vectors, stored plainly or (kStream) non-temporally, in which case
 // dst and dst2 must be 64-byte aligned at element i. Returns the first element not done.
 template <DataType D, Kind K, bool kCopy, bool kStream>
-size_t full_vectors(Ptrs p, const VecOp<D, K>& op, size_t i, size_t end) {
+size_t full_vectors(Ptrs p, const VecOp<D, K>& op, size_t i, size_t end, bool stream_dst2) {
   using L = Lanes<D>;
   const unsigned char* const a = p.a;
   const unsigned char* const b = p.b;
@@ -262,7 +262,13 @@ size_t full_vectors(Ptrs p, const VecOp<D, K>& op, size_t i, size_t end) {
     const typename L::P r = L::pack(op(L::load(a + off), L::load(b + off)));
     if constexpr (kStream) {
       L::stream(dst + off, r);
-      if constexpr (kCopy) L::stream(dst2 + off, r);
+      if constexpr (kCopy) {
+        if (stream_dst2) {
+          L::stream(dst2 + off, r);
+        } else {
+          L::store(dst2 + off, r);  // a link's slot that a peer reads next: keep it in cache
+        }
+      }
     } else {
       L::store(dst + off, r);
       if constexpr (kCopy) L::store(dst2 + off, r);
@@ -300,10 +306,10 @@ void vector_loop(const KernelArgs& args) {
   const size_t head = streaming_head(args, L::kBytes, L::kLanes * L::kBytes);
   if (head != kNoStreaming) {
     masked_vector<D, K, kCopy>(p, op, 0, head);
-    i = full_vectors<D, K, kCopy, true>(p, op, head, n);
+    i = full_vectors<D, K, kCopy, true>(p, op, head, n, args.stream_dst2);
     _mm_sfence();
   }
-  i = full_vectors<D, K, kCopy, false>(p, op, i, n);
+  i = full_vectors<D, K, kCopy, false>(p, op, i, n, false);
   masked_vector<D, K, kCopy>(p, op, i, n);
 }
 

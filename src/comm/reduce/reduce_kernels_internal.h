@@ -28,6 +28,10 @@ struct KernelArgs {
   DataType dtype = DataType::kF32;
   Kind kind = Kind::kSum;
   int divide_by = 1;  // > 1 iff kind == kAvg
+  // Store dst non-temporally (where it is element-aligned), and dst2 too when stream_dst2: set
+  // for a destination of kStreamBytesMin or more, or when the caller asked (ReduceArgs).
+  bool stream = false;
+  bool stream_dst2 = false;
 };
 
 // Non-temporal (streaming) stores write whole lines to memory without first reading them into

@@ -536,6 +536,51 @@ TEST_P(ReduceStreamingTest, LargeDestinationsMatchScalarPath) {
   }
 }
 
+// Issue 11: a small call asked to stream its destination (a large collective's output, written
+// one message at a time: ReduceArgs::stream_dst) gives the scalar path's results, with dst2
+// (a slot) stored plainly at any phase; and copy2_stream_dst copies exactly, at every alignment.
+TEST_P(ReduceStreamingTest, ASmallCallAskedToStreamItsDestinationMatchesScalarPath) {
+  const CpuIsa isa = GetParam();
+  if (!cpu_has(isa)) GTEST_SKIP() << skip_reason(isa);
+  const DataType dtype = DataType::kF32;
+  const size_t count = (64 << 10) / 4 + 13;  // a shared-memory message and a tail
+  const size_t bytes = count * 4;
+  const std::vector<unsigned char> a0 = random_values(dtype, count, 31);
+  const std::vector<unsigned char> b0 = random_values(dtype, count, 32);
+  std::vector<unsigned char> want(bytes);
+  ReduceArgs args;
+  args.a = a0.data();
+  args.b = b0.data();
+  args.dst = want.data();
+  args.count = count;
+  reduce_with_isa(args, CpuIsa::kScalar);
+  for (size_t misalign : {size_t{0}, size_t{4}, size_t{12}}) {
+    for (size_t dst2_shift : {size_t{0}, size_t{4}}) {
+      SCOPED_TRACE(std::string(cpu_isa_name(isa)) + " misalign=" + std::to_string(misalign) +
+                   " dst2_shift=" + std::to_string(dst2_shift));
+      GuardedBuffer dst(bytes, misalign), dst2(bytes, misalign + dst2_shift);
+      args.dst = dst.data();
+      args.dst2 = dst2.data();
+      args.stream_dst = true;
+      reduce_with_isa(args, isa);
+      ASSERT_TRUE(same_as_scalar(dtype, ReduceOp::kSum, want.data(), dst.data(), count));
+      ASSERT_EQ(std::memcmp(dst2.data(), dst.data(), bytes), 0) << "dst2 differs from dst";
+      ASSERT_TRUE(dst.guards_intact() && dst2.guards_intact()) << "wrote outside a buffer";
+    }
+  }
+  for (size_t n : {size_t{0}, size_t{1}, size_t{15}, size_t{16}, size_t{17}, size_t{65543}}) {
+    for (size_t misalign : {size_t{0}, size_t{3}, size_t{8}}) {
+      GuardedBuffer src(n, 1), dst(n, misalign), dst2(n, 5);
+      for (size_t i = 0; i < n; ++i)
+        src.data()[i] = static_cast<unsigned char>(i * 7 + 1);
+      copy2_stream_dst(dst.data(), dst2.data(), src.data(), n);
+      ASSERT_EQ(std::memcmp(dst.data(), src.data(), n), 0) << n << " bytes, misalign " << misalign;
+      ASSERT_EQ(std::memcmp(dst2.data(), src.data(), n), 0) << n << " bytes, misalign " << misalign;
+      ASSERT_TRUE(dst.guards_intact() && dst2.guards_intact()) << n << " bytes";
+    }
+  }
+}
+
 // Every vector path agrees with the scalar path byte for byte on the same inputs (specials
 // included), except where the contract allows: any NaN for a NaN, either zero for min/max.
 class VectorPathTest : public ReduceMatrixTest {};

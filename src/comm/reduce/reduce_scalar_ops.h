@@ -190,14 +190,15 @@ constexpr size_t kNoStreaming = SIZE_MAX;
 
 // How a vector kernel with `vec_bytes`-wide aligned streaming stores should run: kNoStreaming
 // (plain stores throughout), or the number of leading elements to store plainly before dst
-// reaches a `vec_bytes` boundary, after which full vectors are streamed. Streams only when the
-// destination is large, dst is aligned to its element (else no element boundary is a vector
-// boundary) and dst2, if any, reaches a vector boundary at the same element.
+// reaches a `vec_bytes` boundary, after which full vectors are streamed. Streams only when
+// args.stream says so, dst is aligned to its element (else no element boundary is a vector
+// boundary) and a dst2 that is streamed too reaches a vector boundary at the same element.
 inline size_t streaming_head(const KernelArgs& args, size_t elem_bytes, size_t vec_bytes) {
-  if (args.count * elem_bytes < kStreamBytesMin) return kNoStreaming;
+  if (!args.stream) return kNoStreaming;
   const auto d = reinterpret_cast<uintptr_t>(args.dst);
   if (d % elem_bytes != 0) return kNoStreaming;
-  if (args.dst2 != nullptr && (reinterpret_cast<uintptr_t>(args.dst2) - d) % vec_bytes != 0) {
+  if (args.stream_dst2 && args.dst2 != nullptr &&
+      (reinterpret_cast<uintptr_t>(args.dst2) - d) % vec_bytes != 0) {
     return kNoStreaming;
   }
   return (vec_bytes - d % vec_bytes) % vec_bytes / elem_bytes;
