@@ -36,7 +36,7 @@ void print_human(const comm::CachedProfile& got, const comm::TuningChoices& c) {
         p.handoff_ns.p99 / 1e3, p.wakeup_ns.p50 / 1e3, p.wakeup_ns.p90 / 1e3,
         p.wakeup_ns.p99 / 1e3);
   } else {
-    std::printf("  one CPU only: no cross-core figures\n");
+    std::printf("  no cross-core figures: one CPU, or CPUs too busy to measure (--remeasure)\n");
   }
   std::printf(
       "  one thread: copy %.1f GB/s, f32 reduce %.1f GB/s, dst streamed %.1f GB/s "

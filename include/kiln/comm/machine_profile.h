@@ -59,15 +59,18 @@ struct MachineProfile {
   std::string measured_at;  // UTC, ISO 8601
 };
 
+// Each cross-core measurement also stops at a time budget (50 ms hand-off, 150 ms wake-up), so
+// that busy CPUs make it noisier, not slower; too few samples leave cross_core false.
 struct MeasureOptions {
-  int handoff_round_trips = 20'000;  // ~10 ms at 0.25 us a hand-off
-  int wakeups = 300;                 // ~60 ms at ~200 us a sample (each waits for a sleep)
+  int handoff_round_trips = 20'000;  // ~5 ms at 0.1 us a hand-off
+  int wakeups = 300;                 // ~30 ms at ~100 us a sample (each waits for a sleep)
   size_t bandwidth_bytes = 0;        // per buffer; 0: 2 x the last-level cache, within bounds
 };
 
 // Measures this machine. Threads it starts bind themselves to two CPUs of this process's
 // affinity, or of the machine's online CPUs when the process has only one. Never fails for want
-// of a second CPU (cross_core is then false); kIoError if a thread cannot start.
+// of a second CPU, a CPU it cannot bind or CPUs too busy to answer (cross_core is then false);
+// kCorruption if the reduction computes a wrong sum.
 Result<MachineProfile> measure_machine_profile(const MeasureOptions& options = {});
 
 std::string machine_profile_to_json(const MachineProfile& profile);

@@ -24,7 +24,7 @@ namespace {
 MeasureOptions quick() {
   MeasureOptions m;
   m.handoff_round_trips = 2'000;
-  m.wakeups = 40;
+  m.wakeups = 40;  // at least kSamplesMin (10) of each, else the CPUs count as unmeasured
   m.bandwidth_bytes = 1 << 20;
   return m;
 }

@@ -45,6 +45,15 @@ constexpr int64_t kSettleNs = 50'000;
 // taken away): it is abandoned instead of hanging the caller.
 constexpr int64_t kMeasureTimeoutNs = 5'000'000'000;
 constexpr int kBandwidthReps = 3;
+// Time budgets: on a busy machine (CPUs shared with other work) a round trip can take a
+// scheduler time slice, so the measurements stop at their budget with fewer samples rather than
+// run for seconds; fewer than kSamplesMin samples leave the machine unmeasured (cross_core
+// false: the built-in spin and costs).
+constexpr int64_t kHandoffBudgetNs = 50'000'000;
+constexpr int64_t kWakeupBudgetNs = 150'000'000;
+constexpr size_t kSamplesMin = 10;
+// Written to a shared word to say "stop": no count reaches it.
+constexpr uint64_t kDone = UINT64_MAX;
 // Bandwidth buffers: twice the last-level cache so that they live in memory, but at least 16 MiB
 // and at most 64 MiB each (three of them; a VM may report a whole socket's 260 MiB L3).
 constexpr size_t kBandwidthBytesMin = size_t{16} << 20;
@@ -106,13 +115,15 @@ bool run_pair(const std::vector<int>& cpus, A&& a, B&& b) {
   return !failed.load();
 }
 
-// Spins until `word` holds `want`; false if the deadline passed first.
-bool spin_until(const std::atomic<uint64_t>& word, uint64_t want, int64_t deadline_ns) {
-  for (uint64_t i = 1; word.load(std::memory_order_acquire) != want; ++i) {
+// Spins until `word` holds `want` or `other`; false if the deadline passed first.
+bool spin_until_either(const std::atomic<uint64_t>& word, uint64_t want, uint64_t other,
+                       int64_t deadline_ns) {
+  for (uint64_t i = 1;; ++i) {
+    const uint64_t v = word.load(std::memory_order_acquire);
+    if (v == want || v == other) return true;
     _mm_pause();
     if (i % 4096 == 0 && monotonic_now_ns() > deadline_ns) return false;
   }
-  return true;
 }
 
 Result<LatencyNs> measure_handoff(const std::vector<int>& cpus, int round_trips) {
@@ -121,34 +132,42 @@ Result<LatencyNs> measure_handoff(const std::vector<int>& cpus, int round_trips)
   std::vector<double> one_way_ns;
   one_way_ns.reserve(static_cast<size_t>(batches));
   std::atomic<bool> lost{false};
-  const int64_t deadline = monotonic_now_ns() + kMeasureTimeoutNs;
-  const uint64_t total = static_cast<uint64_t>(batches) * kRoundTripsPerBatch;
+  const int64_t start_ns = monotonic_now_ns();
+  const int64_t deadline = start_ns + kMeasureTimeoutNs;
+  const int64_t budget_end = start_ns + kHandoffBudgetNs;
   auto pinger = [&] {
     uint64_t v = 0;
-    for (int b = 0; b < batches && !lost.load(); ++b) {
+    for (int b = 0; b < batches && !lost.load() && monotonic_now_ns() < budget_end; ++b) {
       const int64_t t0 = monotonic_now_ns();
       for (int i = 0; i < kRoundTripsPerBatch; ++i) {
         line.value.store(++v, std::memory_order_release);
-        if (!spin_until(line.value, ++v, deadline)) {
+        if (!spin_until_either(line.value, ++v, kDone, deadline)) {
           lost.store(true);
-          return;
+          break;
         }
       }
+      if (lost.load()) break;
       one_way_ns.push_back(static_cast<double>(monotonic_now_ns() - t0) /
                            (2.0 * kRoundTripsPerBatch));
     }
+    line.value.store(kDone, std::memory_order_release);
   };
   auto ponger = [&] {
-    for (uint64_t v = 1; v < 2 * total && !lost.load(); v += 2) {
-      if (!spin_until(line.value, v, deadline)) {
+    for (uint64_t v = 1;; v += 2) {
+      if (!spin_until_either(line.value, v, kDone, deadline)) {
         lost.store(true);
         return;
       }
+      if (line.value.load(std::memory_order_acquire) == kDone) return;
       line.value.store(v + 1, std::memory_order_release);
     }
   };
   if (!run_pair(cpus, pinger, ponger)) return Status::io_error("cannot bind a thread");
   if (lost.load()) return Status::timeout("cache-line hand-off: a thread stopped answering");
+  if (one_way_ns.size() < kSamplesMin) {
+    return Status::unavailable("cache-line hand-off: only " + std::to_string(one_way_ns.size()) +
+                               " batches within the time budget (the CPUs are busy)");
+  }
   return percentiles(std::move(one_way_ns));
 }
 
@@ -160,32 +179,38 @@ long futex(std::atomic<uint32_t>* word, int op, uint32_t value) {
 
 Result<LatencyNs> measure_wakeup(const std::vector<int>& cpus, int wakeups) {
   std::atomic<uint32_t> bell{0};
-  PaddedWord asleep;  // k + 1 once the waiter is about to sleep for round k
-  PaddedWord woken;   // k + 1 once the waiter ran after round k's bell
+  std::atomic<bool> done{false};  // set by the ringer when it stops ringing
+  PaddedWord asleep;              // k + 1 once the waiter is about to sleep for round k
+  PaddedWord woken;               // k + 1 once the waiter ran after round k's bell
   std::vector<int64_t> rang_ns(static_cast<size_t>(wakeups));
   std::vector<int64_t> ran_ns(static_cast<size_t>(wakeups));
+  int completed = 0;  // rounds both threads finished; written by the ringer
   std::atomic<bool> lost{false};
-  const int64_t deadline = monotonic_now_ns() + kMeasureTimeoutNs;
+  const int64_t start_ns = monotonic_now_ns();
+  const int64_t deadline = start_ns + kMeasureTimeoutNs;
+  const int64_t budget_end = start_ns + kWakeupBudgetNs;
   auto waiter = [&] {
     for (int k = 0; k < wakeups && !lost.load(); ++k) {
       const uint32_t seen = bell.load(std::memory_order_acquire);
       asleep.value.store(static_cast<uint64_t>(k) + 1, std::memory_order_release);
-      while (bell.load(std::memory_order_acquire) == seen) {
+      while (bell.load(std::memory_order_acquire) == seen &&
+             !done.load(std::memory_order_acquire)) {
         futex(&bell, FUTEX_WAIT, seen);
         if (monotonic_now_ns() > deadline) {
           lost.store(true);
           return;
         }
       }
+      if (done.load(std::memory_order_acquire)) return;
       ran_ns[static_cast<size_t>(k)] = monotonic_now_ns();
       woken.value.store(static_cast<uint64_t>(k) + 1, std::memory_order_release);
     }
   };
   auto ringer = [&] {
-    for (int k = 0; k < wakeups && !lost.load(); ++k) {
-      if (!spin_until(asleep.value, static_cast<uint64_t>(k) + 1, deadline)) {
+    for (int k = 0; k < wakeups && !lost.load() && monotonic_now_ns() < budget_end; ++k) {
+      if (!spin_until_either(asleep.value, static_cast<uint64_t>(k) + 1, kDone, deadline)) {
         lost.store(true);
-        return;
+        break;
       }
       const int64_t settle_until = monotonic_now_ns() + kSettleNs;
       while (monotonic_now_ns() < settle_until)
@@ -193,18 +218,28 @@ Result<LatencyNs> measure_wakeup(const std::vector<int>& cpus, int wakeups) {
       rang_ns[static_cast<size_t>(k)] = monotonic_now_ns();
       bell.fetch_add(1, std::memory_order_release);
       futex(&bell, FUTEX_WAKE, 1);
-      if (!spin_until(woken.value, static_cast<uint64_t>(k) + 1, deadline)) {
+      if (!spin_until_either(woken.value, static_cast<uint64_t>(k) + 1, kDone, deadline)) {
         lost.store(true);
-        return;
+        break;
       }
+      completed = k + 1;
     }
+    // Tell a waiter that may be asleep for one more round to stop.
+    done.store(true, std::memory_order_release);
+    bell.fetch_add(1, std::memory_order_release);
+    futex(&bell, FUTEX_WAKE, 1);
   };
   if (!run_pair(cpus, waiter, ringer)) return Status::io_error("cannot bind a thread");
   if (lost.load()) return Status::timeout("futex wake-up: a thread stopped answering");
+  if (static_cast<size_t>(completed) < kSamplesMin) {
+    return Status::unavailable("futex wake-up: only " + std::to_string(completed) +
+                               " samples within the time budget (the CPUs are busy)");
+  }
   std::vector<double> samples;
-  samples.reserve(rang_ns.size());
-  for (size_t k = 0; k < rang_ns.size(); ++k)
-    samples.push_back(static_cast<double>(ran_ns[k] - rang_ns[k]));
+  samples.reserve(static_cast<size_t>(completed));
+  for (int k = 0; k < completed; ++k)
+    samples.push_back(
+        static_cast<double>(ran_ns[static_cast<size_t>(k)] - rang_ns[static_cast<size_t>(k)]));
   return percentiles(std::move(samples));
 }
 
@@ -257,14 +292,12 @@ Result<MachineProfile> measure_machine_profile(const MeasureOptions& options) {
     Result<LatencyNs> handoff = measure_handoff(p.cpus, options.handoff_round_trips);
     Result<LatencyNs> wakeup =
         handoff.ok() ? measure_wakeup(p.cpus, options.wakeups) : Result<LatencyNs>(LatencyNs{});
+    // A failure here (a CPU that cannot be bound, a thread that stopped answering, too few
+    // samples on busy CPUs) leaves cross_core false: the built-in spin and costs apply.
     if (handoff.ok() && wakeup.ok()) {
       p.cross_core = true;
       p.handoff_ns = *handoff;
       p.wakeup_ns = *wakeup;
-    } else if (!handoff.ok() && !handoff.status().is_io_error()) {
-      return handoff.status().with_context("measuring this machine");
-    } else if (!wakeup.ok() && !wakeup.status().is_io_error()) {
-      return wakeup.status().with_context("measuring this machine");
     }
   }
   size_t bytes = options.bandwidth_bytes;

@@ -543,29 +543,33 @@ TEST_P(ReduceStreamingTest, ASmallCallAskedToStreamItsDestinationMatchesScalarPa
   const CpuIsa isa = GetParam();
   if (!cpu_has(isa)) GTEST_SKIP() << skip_reason(isa);
   const DataType dtype = DataType::kF32;
-  const size_t count = (64 << 10) / 4 + 13;  // a shared-memory message and a tail
-  const size_t bytes = count * 4;
-  const std::vector<unsigned char> a0 = random_values(dtype, count, 31);
-  const std::vector<unsigned char> b0 = random_values(dtype, count, 32);
-  std::vector<unsigned char> want(bytes);
-  ReduceArgs args;
-  args.a = a0.data();
-  args.b = b0.data();
-  args.dst = want.data();
-  args.count = count;
-  reduce_with_isa(args, CpuIsa::kScalar);
-  for (size_t misalign : {size_t{0}, size_t{4}, size_t{12}}) {
-    for (size_t dst2_shift : {size_t{0}, size_t{4}}) {
-      SCOPED_TRACE(std::string(cpu_isa_name(isa)) + " misalign=" + std::to_string(misalign) +
-                   " dst2_shift=" + std::to_string(dst2_shift));
-      GuardedBuffer dst(bytes, misalign), dst2(bytes, misalign + dst2_shift);
-      args.dst = dst.data();
-      args.dst2 = dst2.data();
-      args.stream_dst = true;
-      reduce_with_isa(args, isa);
-      ASSERT_TRUE(same_as_scalar(dtype, ReduceOp::kSum, want.data(), dst.data(), count));
-      ASSERT_EQ(std::memcmp(dst2.data(), dst.data(), bytes), 0) << "dst2 differs from dst";
-      ASSERT_TRUE(dst.guards_intact() && dst2.guards_intact()) << "wrote outside a buffer";
+  // A shared-memory message and a tail, and calls too short to reach a vector boundary (the
+  // last piece of a large op can be a few elements).
+  for (const size_t count : {size_t{(64 << 10) / 4 + 13}, size_t{1}, size_t{4}, size_t{17}}) {
+    const size_t bytes = count * 4;
+    const std::vector<unsigned char> a0 = random_values(dtype, count, 31);
+    const std::vector<unsigned char> b0 = random_values(dtype, count, 32);
+    std::vector<unsigned char> want(bytes);
+    ReduceArgs args;
+    args.a = a0.data();
+    args.b = b0.data();
+    args.dst = want.data();
+    args.count = count;
+    reduce_with_isa(args, CpuIsa::kScalar);
+    for (size_t misalign : {size_t{0}, size_t{4}, size_t{12}}) {
+      for (size_t dst2_shift : {size_t{0}, size_t{4}}) {
+        SCOPED_TRACE(std::string(cpu_isa_name(isa)) + " count=" + std::to_string(count) +
+                     " misalign=" + std::to_string(misalign) +
+                     " dst2_shift=" + std::to_string(dst2_shift));
+        GuardedBuffer dst(bytes, misalign), dst2(bytes, misalign + dst2_shift);
+        args.dst = dst.data();
+        args.dst2 = dst2.data();
+        args.stream_dst = true;
+        reduce_with_isa(args, isa);
+        ASSERT_TRUE(same_as_scalar(dtype, ReduceOp::kSum, want.data(), dst.data(), count));
+        ASSERT_EQ(std::memcmp(dst2.data(), dst.data(), bytes), 0) << "dst2 differs from dst";
+        ASSERT_TRUE(dst.guards_intact() && dst2.guards_intact()) << "wrote outside a buffer";
+      }
     }
   }
   for (size_t n : {size_t{0}, size_t{1}, size_t{15}, size_t{16}, size_t{17}, size_t{65543}}) {

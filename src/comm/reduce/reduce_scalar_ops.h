@@ -201,7 +201,10 @@ inline size_t streaming_head(const KernelArgs& args, size_t elem_bytes, size_t v
       (reinterpret_cast<uintptr_t>(args.dst2) - d) % vec_bytes != 0) {
     return kNoStreaming;
   }
-  return (vec_bytes - d % vec_bytes) % vec_bytes / elem_bytes;
+  const size_t head = (vec_bytes - d % vec_bytes) % vec_bytes / elem_bytes;
+  // A call too short to reach a vector boundary has nothing to stream (a small call asked to
+  // stream: ReduceArgs::stream_dst); the head must never run past its count.
+  return head < args.count ? head : kNoStreaming;
 }
 
 // Turns the run-time (dtype, kind) into Kernel<D, K>::run(args): the one place where they become

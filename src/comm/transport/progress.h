@@ -1,9 +1,9 @@
 // Progress: how an op waits. Every blocking step of a collective (waiting for a peer's data, or
 // for room in a peer's buffer) goes through Progress::wait, which
 //
-//   1. spins for a few microseconds (a cross-core hand-off costs ~0.1-0.25 us here, a blocking
-//      wake-up 20-25 us, so a short spin keeps small collectives fast); not at all when
-//      another rank shares this rank's CPUs (wait_policy.h),
+//   1. spins (a cross-core hand-off costs ~0.1 us, a blocking wake-up tens of microseconds to
+//      milliseconds on these VMs): as long as this machine's measured wake-up requires, and not
+//      at all when another rank shares this rank's CPUs (wait_policy.h),
 //   2. then yields the CPU (ranks may outnumber cores: 8 ranks on 2 cores must still progress),
 //   3. then sleeps on a futex the peer rings, or in poll() on the TCP sockets, 1 ms at a time,
 //

@@ -6,9 +6,10 @@
 // spins long enough to outlast its peer's wake-up: kSpinWakeupMultiple x the measured p99 of a
 // futex wake-up, within [kSpinNsMin, kSpinNsMax]. Why the wake-up: a rank that sleeps makes its
 // peer wait one wake-up for its next message; if that peer's own spin is shorter, the peer falls
-// asleep too, and from then on every message costs a wake-up (the 23-25 us mode of a 2-rank 8-byte
-// allreduce that spun 20 us on the Intel Xeon VMs, whose wake-up is ~20-40 us). A spin that
-// outlasts the wake-up breaks the chain at its first link. Unmeasured machines spin kSpinNsAlone.
+// asleep too, and from then on every message costs a wake-up (on the Intel Xeon VMs, whose
+// wake-up is ~35-40 us at the median and up to milliseconds at p99, a 2-rank 8-byte allreduce
+// that spun 20 us took 330-1169 us in 4 of 10 runs). A spin that outlasts the wake-up breaks the
+// chain at its first link. Unmeasured machines spin kSpinNsAlone.
 //
 // A rank that shares a CPU with another (more ranks than cores, or a --cpu-bind list that
 // overlaps) spins only kSpinNsShared before it yields: the peer it waits for may need this very
