@@ -35,6 +35,7 @@
 #include <httplib.h>
 
 #include <algorithm>
+#include <cctype>
 #include <cerrno>
 #include <condition_variable>
 #include <cstring>
@@ -544,19 +545,51 @@ void HttpServer::Impl::worker() {
 
 namespace {
 
-httplib::Server::Handler adapt(HttpHandler handler) {
-  return [handler = std::move(handler)](const httplib::Request& req, httplib::Response& res) {
+httplib::Server::Handler adapt(HttpHandler handler, std::vector<std::string> param_names = {}) {
+  return [handler = std::move(handler), names = std::move(param_names)](const httplib::Request& req,
+                                                                        httplib::Response& res) {
     HttpRequest request;
     request.method = req.method;
     request.path = req.path;
     for (const auto& [key, value] : req.params)
       request.params.emplace(key, value);
+    // matches[0] is the whole path; the route's regex has one group per {name}, in order.
+    for (size_t i = 0; i < names.size() && i + 1 < req.matches.size(); ++i)
+      request.path_params[names[i]] = req.matches[i + 1].str();
+    for (const auto& [key, value] : req.headers) {
+      std::string name = key;
+      for (char& ch : name)
+        ch = static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
+      request.headers.emplace(std::move(name), value);
+    }
     request.body = req.body;
     request.remote_addr = req.remote_addr;
     HttpResponse response = handler(request);
     res.status = response.status;
+    for (const auto& [key, value] : response.headers)
+      res.set_header(key.c_str(), value);
     res.set_content(response.body, response.content_type.c_str());
   };
+}
+
+// "/v1/jobs/{id}/events" -> "/v1/jobs/([^/]+)/events" and {"id"}. Literal characters are escaped,
+// so a '.' in a pattern matches only a '.'.
+std::string route_regex(const std::string& pattern, std::vector<std::string>* names) {
+  std::string out;
+  for (size_t i = 0; i < pattern.size(); ++i) {
+    const char ch = pattern[i];
+    if (ch == '{') {
+      const size_t close = pattern.find('}', i);
+      KILN_CHECK(close != std::string::npos && close > i + 1) << "bad route pattern " << pattern;
+      names->push_back(pattern.substr(i + 1, close - i - 1));
+      out += "([^/]+)";
+      i = close;
+      continue;
+    }
+    if (std::strchr(".^$|()[]*+?\\", ch) != nullptr) out += '\\';
+    out += ch;
+  }
+  return out;
 }
 
 }  // namespace
@@ -588,6 +621,34 @@ void HttpServer::get(const std::string& path, HttpHandler handler) {
 void HttpServer::post(const std::string& path, HttpHandler handler) {
   KILN_CHECK(!impl_->started) << "register routes before start(): " << path;
   impl_->processor.Post(path, adapt(std::move(handler)));
+}
+
+void HttpServer::route(const std::string& method, const std::string& pattern, HttpHandler handler) {
+  KILN_CHECK(!impl_->started) << "register routes before start(): " << pattern;
+  std::vector<std::string> names;
+  const std::string regex = route_regex(pattern, &names);
+  httplib::Server::Handler adapted = adapt(std::move(handler), std::move(names));
+  if (method == "GET") {
+    impl_->processor.Get(regex, std::move(adapted));
+  } else if (method == "POST") {
+    impl_->processor.Post(regex, std::move(adapted));
+  } else if (method == "PUT") {
+    impl_->processor.Put(regex, std::move(adapted));
+  } else if (method == "DELETE") {
+    impl_->processor.Delete(regex, std::move(adapted));
+  } else {
+    KILN_CHECK(false) << "unsupported method " << method << " for route " << pattern;
+  }
+}
+
+std::string HttpRequest::header(const std::string& name) const {
+  auto it = headers.find(name);
+  return it == headers.end() ? std::string() : it->second;
+}
+
+std::string HttpRequest::param(const std::string& name) const {
+  auto it = params.find(name);
+  return it == params.end() ? std::string() : it->second;
 }
 
 Status HttpServer::start() {

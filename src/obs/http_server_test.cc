@@ -57,10 +57,53 @@ TEST(HttpServerTest, ServesRoutesOnAPickedPort) {
   server.stop();  // idempotent
 }
 
+TEST(HttpServerTest, RoutesWithPathParametersHeadersAndMethods) {
+  HttpServer server(HttpServerOptions{});
+  server.route("GET", "/v1/jobs/{id}/events", [](const HttpRequest& req) {
+    HttpResponse r;
+    r.body =
+        req.path_params.at("id") + " " + req.header("authorization") + " " + req.param("after");
+    r.headers.emplace_back("X-Kiln-Seq", "7");
+    return r;
+  });
+  server.route("DELETE", "/v1/nodes/{name}/cordon", [](const HttpRequest& req) {
+    HttpResponse r;
+    r.status = 204;
+    r.body = "";
+    (void)req;
+    return r;
+  });
+  server.route("GET", "/v1/a.b", [](const HttpRequest&) { return HttpResponse{}; });
+  ASSERT_TRUE(server.start().ok());
+  httplib::Client client = client_for(server.port());
+  auto res = client.Get("/v1/jobs/j-000001/events?after=3",
+                        httplib::Headers{{"Authorization", "Bearer abc"}});
+  ASSERT_TRUE(res);
+  EXPECT_EQ(res->status, 200);
+  EXPECT_EQ(res->body, "j-000001 Bearer abc 3");
+  EXPECT_EQ(res->get_header_value("X-Kiln-Seq"), "7");
+  // A {name} matches one segment only; the rest of the pattern matches literally.
+  res = client.Get("/v1/jobs/a/b/events");
+  ASSERT_TRUE(res);
+  EXPECT_EQ(res->status, 404);
+  res = client.Get("/v1/aXb");
+  ASSERT_TRUE(res);
+  EXPECT_EQ(res->status, 404);
+  res = client.Get("/v1/a.b");
+  ASSERT_TRUE(res);
+  EXPECT_EQ(res->status, 200);
+  res = client.Delete("/v1/nodes/n1/cordon");
+  ASSERT_TRUE(res);
+  EXPECT_EQ(res->status, 204);
+  res = client.Post("/v1/nodes/n1/cordon", "", "text/plain");
+  ASSERT_TRUE(res);
+  EXPECT_NE(res->status, 204);
+}
+
 TEST(HttpServerTest, AThrowingHandlerAnswers500AndTheServerLives) {
   HttpServer server(HttpServerOptions{});
   server.get("/boom", [](const HttpRequest&) -> HttpResponse { throw std::runtime_error("x"); });
-  server.get("/ok", [](const HttpRequest&) { return HttpResponse{200, "text/plain", "ok"}; });
+  server.get("/ok", [](const HttpRequest&) { return HttpResponse{200, "text/plain", "ok", {}}; });
   ASSERT_TRUE(server.start().ok());
   httplib::Client client = client_for(server.port());
   auto res = client.Get("/boom");
@@ -128,7 +171,9 @@ double healthz_seconds(int port) {
 }
 
 void add_healthz(HttpServer& server) {
-  server.get("/healthz", [](const HttpRequest&) { return HttpResponse{200, "text/plain", "ok"}; });
+  server.get("/healthz", [](const HttpRequest&) {
+    return HttpResponse{200, "text/plain", "ok", {}};
+  });
 }
 
 // 20 connections that never send a byte held all 4 of httplib's workers for its 5 s keep-alive
@@ -239,8 +284,10 @@ TEST(HttpServerTest, ConnectionsBeyondTheLimitAreAnswered503) {
 
 TEST(HttpServerTest, PipelinedRequestsAreAnsweredInOrder) {
   HttpServer server(HttpServerOptions{});
-  server.get("/a", [](const HttpRequest&) { return HttpResponse{200, "text/plain", "first"}; });
-  server.get("/b", [](const HttpRequest&) { return HttpResponse{200, "text/plain", "second"}; });
+  server.get("/a", [](const HttpRequest&) { return HttpResponse{200, "text/plain", "first", {}}; });
+  server.get("/b", [](const HttpRequest&) {
+    return HttpResponse{200, "text/plain", "second", {}};
+  });
   ASSERT_TRUE(server.start().ok());
   const int fd = connect_raw(server.port());
   ASSERT_GE(fd, 0);

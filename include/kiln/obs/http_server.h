@@ -14,6 +14,8 @@
 #include <map>
 #include <memory>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include <kiln/base/status.h>
 
@@ -23,14 +25,26 @@ struct HttpRequest {
   std::string method;
   std::string path;
   std::multimap<std::string, std::string> params;  // decoded query parameters
+  // The values of a route's {name} segments ("/v1/jobs/{id}" matched by "/v1/jobs/j-1": id=j-1).
+  std::map<std::string, std::string> path_params;
+  // Header names in lower case; a repeated header keeps its first value. Bounded by the head size
+  // limit of the framing.
+  std::map<std::string, std::string> headers;
   std::string body;
   std::string remote_addr;
+
+  // The header's value, or "" when absent. `name` in lower case.
+  std::string header(const std::string& name) const;
+  // The query parameter's first value, or "" when absent.
+  std::string param(const std::string& name) const;
 };
 
 struct HttpResponse {
   int status = 200;
   std::string content_type = "text/plain; charset=utf-8";
   std::string body;
+  // Extra headers (Location, WWW-Authenticate, Retry-After); never Content-Type or -Length.
+  std::vector<std::pair<std::string, std::string>> headers;
 };
 
 using HttpHandler = std::function<HttpResponse(const HttpRequest&)>;
@@ -70,6 +84,10 @@ class HttpServer {
   // Routes; register them before start(). `path` is matched exactly.
   void get(const std::string& path, HttpHandler handler);
   void post(const std::string& path, HttpHandler handler);
+  // A route whose pattern may hold {name} segments, each matching one non-empty path segment
+  // (no '/'), handed to the handler in HttpRequest::path_params: "/v1/jobs/{id}/events".
+  // `method` is GET, POST, PUT or DELETE. Other characters of the pattern match literally.
+  void route(const std::string& method, const std::string& pattern, HttpHandler handler);
 
   // Binds and starts serving on a background thread; returns once the socket is bound and
   // accepting. kIoError names the address and port when binding fails (port in use, say).
