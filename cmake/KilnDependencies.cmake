@@ -22,6 +22,7 @@ pkg_check_modules(OPENBLAS REQUIRED IMPORTED_TARGET openblas)
 find_package(dnnl REQUIRED CONFIG)
 find_package(OpenMP REQUIRED COMPONENTS CXX)
 find_package(OpenSSL REQUIRED)
+find_package(SQLite3 REQUIRED)  # the coordinator's state store (kiln_sched_state)
 
 if(KILN_BUILD_TESTS)
   find_package(GTest REQUIRED)

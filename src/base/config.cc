@@ -310,6 +310,39 @@ bool ConfigReader::has(std::string_view key) const {
   return false;
 }
 
+std::vector<std::string> ConfigReader::keys() const {
+  std::vector<std::string> keys;
+  const auto& m = state_->mappings[mapping_index_];
+  if (!m.node.IsMap()) return keys;
+  for (auto it = m.node.begin(); it != m.node.end(); ++it) {
+    if (it->first.IsScalar()) keys.push_back(it->first.Scalar());
+  }
+  return keys;
+}
+
+bool ConfigReader::is_mapping(std::string_view key) const {
+  const auto& m = state_->mappings[mapping_index_];
+  if (!m.node.IsMap()) return false;
+  for (auto it = m.node.begin(); it != m.node.end(); ++it) {
+    if (it->first.IsScalar() && it->first.Scalar() == key) return it->second.IsMap();
+  }
+  return false;
+}
+
+void ConfigReader::report(std::string_view key, std::string_view what) {
+  const auto& m = state_->mappings[mapping_index_];
+  YAML::Mark mark = m.mark;
+  if (m.node.IsMap()) {
+    for (auto it = m.node.begin(); it != m.node.end(); ++it) {
+      if (it->first.IsScalar() && it->first.Scalar() == key) {
+        mark = it->second.Mark();
+        break;
+      }
+    }
+  }
+  state_->add_error(mark, join_path(m.path, key), std::string(what));
+}
+
 const std::string& ConfigReader::path() const {
   return state_->mappings[mapping_index_].path;
 }

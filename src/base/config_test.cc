@@ -319,5 +319,34 @@ TEST(ConfigFileTest, RangeErrorsPrintNumbersShortly) {
   EXPECT_EQ(lr, 0.1);
 }
 
+TEST(ConfigReaderTest, KeysIsMappingAndReportServeMappingsOfData) {
+  Result<ConfigDocument> doc = ConfigDocument::parse(
+      "env:\n  B: plain\n  A: {value: x, secret: true}\nnodes: 3\n", "t.yaml");
+  ASSERT_TRUE(doc.ok());
+  ConfigReader root = doc->root();
+  ConfigReader env = root.section("env");
+  EXPECT_EQ(env.keys(), (std::vector<std::string>{"B", "A"}));  // document order
+  EXPECT_FALSE(env.is_mapping("B"));
+  EXPECT_TRUE(env.is_mapping("A"));
+  EXPECT_FALSE(env.is_mapping("missing"));
+  EXPECT_TRUE(root.section("absent").keys().empty());
+  // Neither keys() nor is_mapping() marks a key known: unread keys are still reported.
+  EXPECT_NE(doc->finish().message().find("key 'env.B': unknown key"), std::string::npos);
+
+  std::string b;
+  std::string a;
+  bool secret = false;
+  env.read_string("B", &b);
+  env.section("A").read_string("value", &a).read_bool("secret", &secret);
+  int nodes = 0;
+  root.read_int("nodes", &nodes);
+  EXPECT_TRUE(doc->finish().ok()) << doc->finish().message();
+  root.report("nodes", "more than the cluster has");
+  root.report("config", "neither command nor config is set");
+  EXPECT_EQ(doc->finish().message(),
+            "t.yaml:1:1: key 'config': neither command nor config is set\n"
+            "t.yaml:4:8: key 'nodes': more than the cluster has");
+}
+
 }  // namespace
 }  // namespace kiln

@@ -136,6 +136,18 @@ class ConfigReader {
   // True if `key` is present (does not mark it as known).
   bool has(std::string_view key) const;
 
+  // For mappings whose keys are data rather than a fixed schema (a job's environment variables),
+  // and whose values may take one of two forms (a string, or a mapping of options):
+  // The scalar keys of this mapping in document order; empty for an absent section. Does not
+  // mark them as known: the caller reads each one with an accessor above.
+  std::vector<std::string> keys() const;
+  // True if `key` is present and its value is a mapping (does not mark it as known).
+  bool is_mapping(std::string_view key) const;
+  // Records a problem the caller found itself (a cross-field rule, a value with units it parses)
+  // as the accessors do: at the line of `key`'s value, or of this mapping when `key` is absent,
+  // and reported by finish(). Does not mark `key` as known.
+  void report(std::string_view key, std::string_view what);
+
   // The dotted path of this mapping ("" for the root, "model", "model.attention").
   const std::string& path() const;
 
