@@ -1,14 +1,20 @@
 // `kiln agent`: run the node agent until SIGINT/SIGTERM (or --duration-s), serving /metrics,
 // /healthz and /facts. With --json it prints one JSON line when serving and one when stopping.
+// With --join URL it is also a node of that coordinator: it owns the ranks the coordinator
+// assigns to this node (kiln/sched/node_agent.h).
 #include <kiln/base/clock.h>
 #include <kiln/preflight/agent.h>
+#include <kiln/sched/node_agent.h>
 
 #include <nlohmann/json.hpp>
 
 #include <charconv>
 #include <cmath>
 #include <cstdint>
+#include <cstdlib>
+#include <fstream>
 #include <iostream>
+#include <map>
 #include <string>
 #include <system_error>
 
@@ -24,7 +30,46 @@ struct AgentFlags {
   std::string metrics_bind;
   double duration_s = 0;  // 0: until a signal
   bool json = false;
+  // --join: a node of a coordinator.
+  std::string join;
+  std::string node_name;
+  std::string labels;
+  int slots = 1;
+  std::string work_dir;
+  std::string node_token_file;
+  std::string rank_address;
 };
+
+Result<std::map<std::string, std::string>> parse_labels(const std::string& text) {
+  std::map<std::string, std::string> out;
+  size_t start = 0;
+  while (start < text.size()) {
+    size_t end = text.find(',', start);
+    if (end == std::string::npos) end = text.size();
+    const std::string item = text.substr(start, end - start);
+    const size_t eq = item.find('=');
+    if (eq == std::string::npos || eq == 0 || eq + 1 == item.size()) {
+      return Status::invalid_argument("--labels: '" + item + "' is not key=value");
+    }
+    out[item.substr(0, eq)] = item.substr(eq + 1);
+    start = end + 1;
+  }
+  return out;
+}
+
+Result<std::string> read_node_token(const std::string& path) {
+  if (path.empty()) {
+    const char* env = std::getenv("KILN_NODE_TOKEN");
+    if (env != nullptr && *env != '\0') return std::string(env);
+    return Status::invalid_argument("--join needs --node-token-file FILE or KILN_NODE_TOKEN");
+  }
+  std::ifstream in(path);
+  std::string token;
+  if (!in || !std::getline(in, token) || token.empty()) {
+    return Status::invalid_argument("--node-token-file " + path + ": no token in it");
+  }
+  return token;
+}
 
 int run_agent(const AgentFlags& flags, const GlobalOptions& globals) {
   TerminationSignals signals;  // first: the HTTP threads must inherit the blocked mask
@@ -44,6 +89,25 @@ int run_agent(const AgentFlags& flags, const GlobalOptions& globals) {
   Result<std::unique_ptr<preflight::NodeAgent>> agent =
       preflight::NodeAgent::start(options, &registry, log);
   if (!agent.ok()) return report_error("agent", agent.status());
+  std::unique_ptr<sched::JoinedAgent> joined;
+  if (!flags.join.empty()) {
+    sched::JoinOptions join;
+    join.coordinator_url = flags.join;
+    Result<std::string> token = read_node_token(flags.node_token_file);
+    if (!token.ok()) return report_error("agent", token.status());
+    join.node_token = *token;
+    join.node_name = flags.node_name;
+    Result<std::map<std::string, std::string>> labels = parse_labels(flags.labels);
+    if (!labels.ok()) return report_error("agent", labels.status());
+    join.labels = *labels;
+    join.slots = flags.slots;
+    join.work_dir = flags.work_dir;
+    join.rank_address = flags.rank_address;
+    if (const char* ca = std::getenv("KILN_CA_CERT"); ca != nullptr) join.ca_cert_path = ca;
+    Result<std::unique_ptr<sched::JoinedAgent>> j = sched::JoinedAgent::start(join, log);
+    if (!j.ok()) return report_error("agent", j.status());
+    joined = std::move(*j);
+  }
   if (flags.json) {
     nlohmann::ordered_json event;
     event["event"] = "serving";
@@ -60,6 +124,7 @@ int run_agent(const AgentFlags& flags, const GlobalOptions& globals) {
     signal_number = signals.wait(std::min(options.heartbeat_interval_ms, deadline.remaining_ms()));
     (*agent)->heartbeat();
   }
+  joined.reset();  // stops its ranks
   (*agent)->stop();
   log.info("agent stopped", {{"signal", signal_number}});
   if (flags.json) {
@@ -100,6 +165,17 @@ Command add_agent_command(CLI::App& parent) {
           },
           "SECONDS"));
   app->add_flag("--json", flags->json, "print JSON lines when serving and stopping");
+  app->add_option("--join", flags->join, "be a node of the coordinator at this URL");
+  app->add_option("--node-name", flags->node_name, "this node's name (with --join)");
+  app->add_option("--labels", flags->labels, "failure domains, outermost first: rack=r1,switch=s1");
+  app->add_option("--slots", flags->slots, "ranks this node runs at once")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 4096));
+  app->add_option("--work-dir", flags->work_dir, "ranks' logs and flight dumps (absolute path)");
+  app->add_option("--rank-address", flags->rank_address,
+                  "the address this node's ranks advertise for TCP (default: their host name's)");
+  app->add_option("--node-token-file", flags->node_token_file,
+                  "the coordinator's node token (default $KILN_NODE_TOKEN)");
   return {app, [flags](const GlobalOptions& globals) { return run_agent(*flags, globals); }};
 }
 

@@ -40,6 +40,9 @@ Command add_agent_command(CLI::App& parent);
 Command add_store_command(CLI::App& parent);
 Command add_comm_bench_command(CLI::App& parent);
 Command add_comm_tune_command(CLI::App& parent);
+Command add_serve_command(CLI::App& parent);
+// submit, status, events, logs, cancel, nodes, cordon, uncordon: the coordinator's clients.
+std::vector<Command> add_job_commands(CLI::App& parent);
 Command add_ops_check_command(CLI::App& parent);
 Command add_ops_bench_command(CLI::App& parent);
 Command add_ckpt_command(CLI::App& parent);

@@ -129,8 +129,10 @@ int main(int argc, char** argv) {
       kiln::cli::add_sample_command(app),     kiln::cli::add_export_command(app),
       kiln::cli::add_tokenize_command(app),   kiln::cli::add_encode_command(app),
       kiln::cli::add_decode_command(app),     kiln::cli::add_ckpt_command(app),
-      kiln::cli::add_comm_tune_command(app),
+      kiln::cli::add_comm_tune_command(app),  kiln::cli::add_serve_command(app),
   };
+  for (Command& command : kiln::cli::add_job_commands(app))
+    commands.push_back(std::move(command));
   const std::string word = first_command_word(argc, argv);
   if (!word.empty()) {
     std::string names;

@@ -1,14 +1,23 @@
-# kiln_sched proper: state machines, the policy, the coordinator and the node agent.
+# kiln_sched proper: state machines, the policy, the coordinator and its API, the node agent.
 kiln_library(NAME sched
   SOURCES
+    agent/node_agent.cc
+    coordinator/api.cc
+    coordinator/auth.cc
+    coordinator/coordinator.cc
+    coordinator/daemons.cc
+    coordinator/recovery.cc
+    coordinator/reports.cc
     core/states.cc
     policy/fifo_gang.cc
     policy/units.cc
-  PUBLIC_DEPS kiln_base nlohmann_json::nlohmann_json
-  PRIVATE_DEPS fmt::fmt)
+  PUBLIC_DEPS kiln_sched_state kiln_sched_exec kiln_obs kiln_launch kiln_base
+              nlohmann_json::nlohmann_json
+  PRIVATE_DEPS fmt::fmt OpenSSL::Crypto)
 
 kiln_tests(NAME sched
   SOURCES
+    coordinator/coordinator_test.cc
     core/states_test.cc
     policy/fifo_gang_test.cc
   DEPS kiln_sched)

@@ -1,0 +1,61 @@
+// The coordinator's HTTP/JSON API under /v1/, on obs::HttpServer (one event loop for every
+// connection, bounded workers: idle and slow clients hold a buffer, never a worker).
+//
+//   POST   /v1/jobs                    {"spec": YAML text, "source": file name, "workdir": abs
+//   path}
+//                                      -> 201 {"id", "state"}; 400 names file, line and key
+//   GET    /v1/jobs                    -> {"jobs": [status...]}          (the caller's team)
+//   GET    /v1/jobs/{id}               -> status: id, name, state, attempt, nodes, team, restarts,
+//                                         reason, waiting, goodput, submitted, spec (no secrets)
+//   GET    /v1/jobs/{id}/events?after=SEQ&limit=N -> {"events": [...]} oldest first
+//   POST   /v1/jobs/{id}/cancel        -> status
+//   GET    /v1/jobs/{id}/logs?rank=R&offset=O&bytes=N -> {"lines": [...], "next": offset}
+//                                         read from the rank's node agent
+//   GET    /v1/nodes                   -> {"nodes": [...]}
+//   POST   /v1/nodes/{name}/cordon     {"reason": text}   (admin)
+//   POST   /v1/nodes/{name}/uncordon                      (admin)
+//   POST   /v1/agent/report            an AgentReport -> AgentAnswer      (node token only)
+//   GET    /metrics, /healthz          no token
+//
+// Errors are JSON {"error": message} with 400 (bad request or spec), 401 (no or unknown token),
+// 403 (a token that may not do this), 404 (no such job or node, or another team's job), 503
+// (the coordinator is at a limit). Every state-changing call is written to the audit log with
+// who, what, which object and the result.
+#ifndef KILN_SCHED_API_H_
+#define KILN_SCHED_API_H_
+
+#include <string>
+
+#include <kiln/base/log.h>
+#include <kiln/obs/http_server.h>
+#include <kiln/obs/metrics.h>
+#include <kiln/sched/auth.h>
+#include <kiln/sched/coordinator.h>
+#include <kiln/sched/state_store.h>
+
+namespace kiln::sched {
+
+// JSON forms shared by the API and its clients (the agent parses answers with them).
+nlohmann::json to_json(const AgentReport& report);
+Result<AgentReport> agent_report_from_json(const nlohmann::json& j);
+nlohmann::json to_json(const AgentAnswer& answer);
+Result<AgentAnswer> agent_answer_from_json(const nlohmann::json& j);
+nlohmann::json job_status_json(const JobStatus& status);
+nlohmann::json event_json(const EventRecord& event);
+nlohmann::json node_json(const NodeRecord& node);
+
+struct ApiContext {
+  Coordinator* coordinator = nullptr;
+  const TokenRegistry* tokens = nullptr;
+  StateStore* audit = nullptr;
+  // Presented to node agents when the coordinator reads a rank's log from them.
+  std::string node_token;
+  Logger log;
+};
+
+// Registers the routes above on `server`. REQUIRES: everything in `context` outlives `server`.
+void add_api_routes(obs::HttpServer* server, const ApiContext& context);
+
+}  // namespace kiln::sched
+
+#endif  // KILN_SCHED_API_H_

@@ -1,0 +1,189 @@
+// Coordinator: owns every job from submission to its end (`kiln serve`).
+//
+// Intent lives here, processes on the nodes (slurmd/kubelet's split): the coordinator keeps jobs,
+// nodes and events in SQLite (state_store.h) and tells each node agent which ranks should run on
+// it; agents start and stop them and report what runs, how far it got and how it ended. Both
+// directions are level-triggered: every agent report carries the whole state of the node's ranks
+// and every answer the whole desired set for the node, so a lost message, an agent restart or a
+// coordinator restart is repaired by the next report. A coordinator restart re-reads SQLite and
+// waits for the agents to report again; it never needs a rank to stop.
+//
+// The recovery loop (docs/sched.md):
+//   detect   a rank exit (pushed by its agent at once), a stalled step counter (progress_timeout),
+//            no first step (start_timeout), a lost agent (no report for node_timeout_ms);
+//   blame    the culprit: a rank killed by a signal nobody in Kiln sent, else the rank named by
+//            the collective's flight recorder (a rank whose collective failed because a peer died
+//            points at the peer), else a rank the kernel has stopped (SIGSTOP), else the rank
+//            that reported;
+//   isolate  the culprit's node turns suspect; cordon_faults faults within cordon_window_ms
+//            cordon it (reason and time in `kiln nodes`);
+//   stop     every other rank of the attempt: SIGTERM, a grace period, SIGKILL of its group;
+//   restart  a new attempt after the job's backoff (doubling, capped), placed by the policy on
+//            healthy nodes (shrinking where min_nodes allows), resuming from the newest checkpoint
+//            that verifies (the trainer does that), until max_restarts restarts are spent.
+// Every transition is an event in the same transaction as the state it records.
+//
+// Thread-safe: one mutex serializes the API, the agents' reports and tick(). A report that
+// changes nothing writes nothing, so 10,000 heartbeating agents cost memory updates, not writes.
+#ifndef KILN_SCHED_COORDINATOR_H_
+#define KILN_SCHED_COORDINATOR_H_
+
+#include <sys/types.h>
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <kiln/base/clock.h>
+#include <kiln/base/log.h>
+#include <kiln/base/result.h>
+#include <kiln/sched/job_spec.h>
+#include <kiln/sched/policy.h>
+#include <kiln/sched/state_store.h>
+#include <kiln/sched/states.h>
+
+namespace kiln::sched {
+
+// Who is calling: resolved from the bearer token by the API (auth.h).
+struct Caller {
+  std::string name;  // the token's name, for the audit log
+  std::string team;
+  bool admin = false;
+};
+
+struct CoordinatorOptions {
+  // The rendezvous store the ranks use (host:port) and its token.
+  std::string store_address;
+  std::string store_token;
+  // argv[0] of the default command (`kiln train CONFIG`): this kiln binary.
+  std::string kiln_binary = "kiln";
+  int64_t heartbeat_interval_ms = 500;  // told to agents
+  int64_t node_timeout_ms = 5000;       // no report for this long: the node is down
+  int64_t fault_stop_grace_ms = 2000;   // survivors of a fault: their peers are gone already
+  int64_t cancel_grace_ms = 10000;      // a cancel lets ranks checkpoint and exit 75
+  // A stop that takes longer than its grace plus this is finished without the missing reports.
+  int64_t stop_report_slack_ms = 10000;
+  int cordon_faults = 3;                      // faults on one node within the window cordon it
+  int64_t cordon_window_ms = 10 * 60 * 1000;  // and a suspect node quiet this long is ready again
+  size_t jobs_active_max = 100000;            // submits beyond this are refused (bounded state)
+  // The Unix user each team's ranks run as (auth.h's team_users); absent: the agent's own user.
+  std::map<std::string, std::string> team_users;
+};
+
+// One rank as an agent reports it.
+struct RankReport {
+  std::string job_id;
+  int attempt = 0;
+  int rank = 0;
+  pid_t pid = 0;
+  bool running = false;
+  int64_t step = -1;             // newest step the rank reported (-1: none yet)
+  double step_ms = 0;            // that step's time
+  int64_t progress_age_ms = -1;  // how long ago the newest progress line came (-1: never)
+  char proc_state = '?';         // /proc/<pid>/stat's state: 'T' is stopped by a signal
+  // When !running: how it ended.
+  bool exited = false;  // false: killed by a signal
+  int code = 0;
+  bool stopped_by_agent = false;
+  std::string describe;
+  int64_t ended_age_ms = 0;  // how long before the report the agent saw it end
+  int culprit_rank = -1;     // from the attempt's flight-recorder dumps on this node, -1: none
+  std::string start_error;   // the agent could not start it
+};
+
+struct AgentReport {
+  std::string node;
+  std::map<std::string, std::string> labels;
+  int slots = 1;
+  int cpus = 0;
+  std::string address;  // the agent's own endpoint, informational
+  std::vector<RankReport> ranks;
+};
+
+// One rank the node should run (or stop).
+struct RankAssignment {
+  std::string job_id;
+  int attempt = 0;
+  int rank = 0;
+  bool stop = false;  // stop it (grace_ms) if running; do not start it
+  int64_t grace_ms = 0;
+  std::vector<std::string> argv;
+  std::map<std::string, std::string> env;  // includes secrets: never log it
+  std::string cwd;
+  std::string team;
+  std::string user;  // the Unix user to run as; empty: the agent's own
+};
+
+struct AgentAnswer {
+  int64_t heartbeat_interval_ms = 500;
+  std::vector<RankAssignment> ranks;
+  bool cordoned = false;
+};
+
+// What `kiln status` shows of a job.
+struct JobStatus {
+  JobRecord record;     // spec secrets are redacted by the API, not here
+  std::string waiting;  // why a waiting job waits (from the last plan)
+  double goodput = 0;   // productive step time / wall time since admission
+};
+
+class Coordinator {
+ public:
+  static Result<std::unique_ptr<Coordinator>> open(CoordinatorOptions options, StateStore* store,
+                                                   std::unique_ptr<Policy> policy,
+                                                   const Clock* clock, Logger log);
+
+  // --- the API (team-scoped: a caller sees and changes its team's jobs; an admin all) ---
+  // Validates against the cluster (nodes > cluster size is kInvalidArgument), stores and queues.
+  Result<JobRecord> submit(const Caller& caller, JobSpec spec, const std::string& workdir);
+  Result<JobStatus> job(const Caller& caller, const std::string& id);
+  Result<std::vector<JobStatus>> jobs(const Caller& caller);
+  Result<std::vector<EventRecord>> events(const Caller& caller, const std::string& id,
+                                          int64_t after_seq, size_t limit);
+  Result<JobRecord> cancel(const Caller& caller, const std::string& id);
+  Result<std::vector<NodeRecord>> nodes();
+  Result<NodeRecord> cordon(const Caller& caller, const std::string& node,
+                            const std::string& reason);
+  Result<NodeRecord> uncordon(const Caller& caller, const std::string& node);
+  // Which node ran `rank` of the job's current attempt (for `kiln logs`): kNotFound when unknown.
+  Result<std::string> node_of_rank(const Caller& caller, const std::string& id, int rank);
+
+  // --- the agents ---
+  Result<AgentAnswer> report(const AgentReport& report);
+
+  // Timeouts, restarts after backoff, scheduling. Called every ~100 ms by the server and after
+  // every report that changed something.
+  void tick();
+
+  // Figures for /metrics.
+  struct Figures {
+    std::map<std::string, int> jobs_by_state;
+    std::map<std::string, int> nodes_by_state;
+    int queued = 0;
+    std::map<std::string, double> goodput_by_job;  // running jobs
+  };
+  Figures figures();
+  // Samples since the last call (seconds), for the histograms.
+  struct Samples {
+    std::vector<double> submit_to_running_s;
+    std::vector<double> detection_s;
+    std::vector<double> recovery_s;
+    std::vector<std::string> restart_causes;
+  };
+  Samples take_samples();
+
+  ~Coordinator();
+
+ private:
+  struct Impl;
+  explicit Coordinator(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace kiln::sched
+
+#endif  // KILN_SCHED_COORDINATOR_H_

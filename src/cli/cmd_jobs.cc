@@ -1,0 +1,391 @@
+// The coordinator's client commands: submit, status, events, logs, cancel, nodes, cordon,
+// uncordon. Each resolves the server and token (server_address.h), calls the API (sched/api.h)
+// with deadlines, and prints a table or, with --json, JSON lines (the scripted interface).
+#include <unistd.h>
+
+#include <chrono>
+#include <fstream>
+#include <iomanip>
+#include <iostream>
+#include <sstream>
+#include <thread>
+
+#include <nlohmann/json.hpp>
+
+#include <kiln/base/config.h>
+#include <kiln/obs/http_client.h>
+
+#include "cli/command.h"
+#include "cli/server_address.h"
+
+namespace kiln::cli {
+namespace {
+
+using json = nlohmann::json;
+
+constexpr int64_t kFollowPollMs = 500;
+constexpr size_t kSpecBytesMax = kConfigBytesMax;
+
+struct ClientFlags {
+  std::string server;
+  std::string token_file;
+  bool json = false;
+};
+
+void add_client_flags(CLI::App* app, ClientFlags* flags) {
+  app->add_option("--server", flags->server, "coordinator URL (default $KILN_SERVER)");
+  app->add_option("--token-file", flags->token_file,
+                  "file holding the token (default $KILN_TOKEN)");
+  app->add_flag("--json", flags->json, "print JSON lines");
+}
+
+// A client, or an exit code after printing why there is none.
+struct Client {
+  std::unique_ptr<obs::HttpClient> http;
+  int error = 0;
+};
+
+Client connect(const ClientFlags& flags, const std::string& command) {
+  Client c;
+  Result<ServerTarget> target = resolve_server(flags.server, flags.token_file);
+  if (!target.ok()) {
+    c.error = report_error(command, target.status());
+    return c;
+  }
+  obs::HttpClientOptions o;
+  o.base_url = target->url;
+  o.bearer_token = target->token;
+  o.ca_cert_path = target->ca_cert;
+  Result<std::unique_ptr<obs::HttpClient>> http = obs::HttpClient::create(o);
+  if (!http.ok()) {
+    c.error = report_error(command, http.status());
+    return c;
+  }
+  c.http = std::move(*http);
+  return c;
+}
+
+// The answer's JSON when its status is `want`, else an exit code after printing the error.
+Result<json> call(Result<obs::HttpResponse> r, int want, const std::string& command, int* code) {
+  if (!r.ok()) {
+    *code = report_error(command, r.status());
+    return r.status();
+  }
+  json body = json::parse(r->body, nullptr, false);
+  if (r->status != want) {
+    std::string message =
+        body.is_object() && body.contains("error") ? body["error"].get<std::string>() : r->body;
+    std::cerr << "kiln " << command << ": " << message << " (HTTP " << r->status << ")\n";
+    *code = r->status == 400 || r->status == 404 ? kExitBadInput : kExitFailure;
+    return Status::aborted(message);
+  }
+  if (body.is_discarded()) {
+    *code = report_error(command, Status::io_error("the coordinator's answer is not JSON"));
+    return Status::io_error("not JSON");
+  }
+  return body;
+}
+
+std::string text_of(const json& j, const char* key) {
+  if (!j.contains(key) || j[key].is_null()) return "";
+  return j[key].is_string() ? j[key].get<std::string>() : j[key].dump();
+}
+
+std::string join_nodes(const json& nodes) {
+  std::string out;
+  if (!nodes.is_array()) return out;
+  for (const json& n : nodes)
+    out += (out.empty() ? "" : ",") + n.get<std::string>();
+  return out;
+}
+
+void print_event(const json& e) {
+  std::cout << text_of(e, "ts") << "  " << std::left << std::setw(11) << text_of(e, "type")
+            << " attempt " << text_of(e, "attempt");
+  for (const char* key : {"cause", "rank", "node", "nodes", "why", "message", "reason",
+                          "backoff_ms", "restart", "by"}) {
+    if (e.contains(key)) std::cout << "  " << key << "=" << text_of(e, key);
+  }
+  std::cout << "\n";
+}
+
+int run_submit(const ClientFlags& flags, const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return report_error("submit", Status::not_found(path + ": cannot open the job spec"));
+  std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  if (text.size() > kSpecBytesMax) {
+    return report_error(
+        "submit", Status::invalid_argument(path + ": larger than " + std::to_string(kSpecBytesMax) +
+                                           " bytes"));
+  }
+  char cwd[4096];
+  if (getcwd(cwd, sizeof(cwd)) == nullptr) {
+    return report_error("submit", Status::io_error("cannot read the working directory"));
+  }
+  Client c = connect(flags, "submit");
+  if (!c.http) return c.error;
+  int code = 0;
+  Result<json> body = call(
+      c.http->post("/v1/jobs", json{{"spec", text}, {"source", path}, {"workdir", cwd}}.dump()),
+      201, "submit", &code);
+  if (!body.ok()) return code;
+  if (flags.json) {
+    std::cout << json{{"id", (*body)["id"]}, {"state", (*body)["state"]}}.dump() << "\n";
+  } else {
+    std::cout << text_of(*body, "id") << "\n";
+  }
+  return kExitOk;
+}
+
+int run_status(const ClientFlags& flags, const std::string& id) {
+  Client c = connect(flags, "status");
+  if (!c.http) return c.error;
+  int code = 0;
+  Result<json> body =
+      call(c.http->get(id.empty() ? "/v1/jobs" : "/v1/jobs/" + id), 200, "status", &code);
+  if (!body.ok()) return code;
+  std::vector<json> jobs;
+  if (id.empty()) {
+    for (const json& j : (*body)["jobs"])
+      jobs.push_back(j);
+  } else {
+    jobs.push_back(*body);
+  }
+  if (flags.json) {
+    for (json& j : jobs) {
+      j.erase("spec");  // `kiln status` is the state; the spec is in the API's answer
+      std::cout << j.dump() << "\n";
+    }
+    return kExitOk;
+  }
+  std::cout << std::left << std::setw(10) << "ID" << std::setw(20) << "NAME" << std::setw(11)
+            << "STATE" << std::setw(8) << "ATTEMPT" << std::setw(8) << "STEP" << std::setw(9)
+            << "GOODPUT"
+            << "NODES / WHY\n";
+  for (const json& j : jobs) {
+    std::ostringstream goodput;
+    goodput << std::fixed << std::setprecision(2) << j.value("goodput", 0.0);
+    std::string where = join_nodes(j["nodes"]);
+    const std::string state = text_of(j, "state");
+    if ((state == "queued" || state == "restarting") && !text_of(j, "waiting").empty()) {
+      where = text_of(j, "waiting");
+    } else if ((state == "failed" || state == "cancelled") && !text_of(j, "reason").empty()) {
+      where = text_of(j, "reason");
+    }
+    std::cout << std::setw(10) << text_of(j, "id") << std::setw(20) << text_of(j, "name")
+              << std::setw(11) << state << std::setw(8) << text_of(j, "attempt") << std::setw(8)
+              << text_of(j, "last_step") << std::setw(9) << goodput.str() << where << "\n";
+  }
+  return kExitOk;
+}
+
+int run_events(const ClientFlags& flags, const std::string& id, bool follow) {
+  Client c = connect(flags, "events");
+  if (!c.http) return c.error;
+  int64_t after = 0;
+  while (true) {
+    int code = 0;
+    Result<json> body =
+        call(c.http->get("/v1/jobs/" + id + "/events?after=" + std::to_string(after)), 200,
+             "events", &code);
+    if (!body.ok()) return code;
+    bool ended = false;
+    for (const json& e : (*body)["events"]) {
+      after = std::max<int64_t>(after, e.value("seq", int64_t{0}));
+      if (flags.json) {
+        std::cout << e.dump() << "\n";
+      } else {
+        print_event(e);
+      }
+      const std::string type = text_of(e, "type");
+      ended = ended || type == "succeeded" || type == "failed" || type == "cancelled";
+    }
+    std::cout << std::flush;
+    if (!follow || ended) return kExitOk;
+    std::this_thread::sleep_for(std::chrono::milliseconds(kFollowPollMs));
+  }
+}
+
+int run_logs(const ClientFlags& flags, const std::string& id, int rank, int attempt, bool follow) {
+  Client c = connect(flags, "logs");
+  if (!c.http) return c.error;
+  int64_t offset = 0;
+  while (true) {
+    std::string path = "/v1/jobs/" + id + "/logs?rank=" + std::to_string(rank) +
+                       "&offset=" + std::to_string(offset);
+    if (attempt >= 0) path += "&attempt=" + std::to_string(attempt);
+    int code = 0;
+    Result<json> body = call(c.http->get(path), 200, "logs", &code);
+    if (!body.ok()) return code;
+    for (const json& line : (*body)["lines"]) {
+      if (flags.json) {
+        std::cout << line.dump() << "\n";
+      } else {
+        std::cout << text_of(line, "line") << "\n";
+      }
+    }
+    std::cout << std::flush;
+    const int64_t next = body->value("next", offset);
+    if (!follow) return kExitOk;
+    if (next == offset) {
+      // Nothing new: stop following once the job has ended.
+      int status_code = 0;
+      Result<json> st = call(c.http->get("/v1/jobs/" + id), 200, "logs", &status_code);
+      if (!st.ok()) return status_code;
+      const std::string state = text_of(*st, "state");
+      if (state == "succeeded" || state == "failed" || state == "cancelled") return kExitOk;
+      std::this_thread::sleep_for(std::chrono::milliseconds(kFollowPollMs));
+    }
+    offset = next;
+  }
+}
+
+int run_cancel(const ClientFlags& flags, const std::string& id) {
+  Client c = connect(flags, "cancel");
+  if (!c.http) return c.error;
+  int code = 0;
+  Result<json> body = call(c.http->post("/v1/jobs/" + id + "/cancel", "{}"), 200, "cancel", &code);
+  if (!body.ok()) return code;
+  if (flags.json) {
+    std::cout << json{{"id", (*body)["id"]}, {"state", (*body)["state"]}}.dump() << "\n";
+  } else {
+    std::cout << text_of(*body, "id") << " " << text_of(*body, "state") << "\n";
+  }
+  return kExitOk;
+}
+
+void print_node(const json& n, bool as_json) {
+  if (as_json) {
+    std::cout << n.dump() << "\n";
+    return;
+  }
+  std::string labels;
+  for (const auto& [k, v] : n["labels"].items())
+    labels += (labels.empty() ? "" : ",") + k + "=" + v.get<std::string>();
+  std::cout << std::left << std::setw(12) << text_of(n, "name") << std::setw(10)
+            << text_of(n, "state") << std::setw(20) << labels << std::setw(6) << text_of(n, "slots")
+            << text_of(n, "since") << "  " << text_of(n, "reason") << "\n";
+}
+
+int run_nodes(const ClientFlags& flags) {
+  Client c = connect(flags, "nodes");
+  if (!c.http) return c.error;
+  int code = 0;
+  Result<json> body = call(c.http->get("/v1/nodes"), 200, "nodes", &code);
+  if (!body.ok()) return code;
+  if (!flags.json) {
+    std::cout << std::left << std::setw(12) << "NODE" << std::setw(10) << "STATE" << std::setw(20)
+              << "LABELS" << std::setw(6) << "SLOTS"
+              << "SINCE  REASON\n";
+  }
+  for (const json& n : (*body)["nodes"])
+    print_node(n, flags.json);
+  return kExitOk;
+}
+
+int run_cordon(const ClientFlags& flags, const std::string& node, const std::string& reason,
+               bool on) {
+  const std::string command = on ? "cordon" : "uncordon";
+  Client c = connect(flags, command);
+  if (!c.http) return c.error;
+  int code = 0;
+  Result<json> body = call(c.http->post("/v1/nodes/" + node + "/" + command,
+                                        on ? json{{"reason", reason}}.dump() : "{}"),
+                           200, command, &code);
+  if (!body.ok()) return code;
+  print_node(*body, flags.json);
+  return kExitOk;
+}
+
+}  // namespace
+
+std::vector<Command> add_job_commands(CLI::App& parent) {
+  std::vector<Command> out;
+  {
+    auto flags = std::make_shared<ClientFlags>();
+    auto path = std::make_shared<std::string>();
+    CLI::App* app = parent.add_subcommand("submit", "Submit a job spec (YAML) to the coordinator");
+    app->add_option("spec", *path, "the job spec, e.g. configs/jobs/tiny-2nodes.yaml")->required();
+    add_client_flags(app, flags.get());
+    out.push_back({app, [flags, path](const GlobalOptions&) { return run_submit(*flags, *path); }});
+  }
+  {
+    auto flags = std::make_shared<ClientFlags>();
+    auto id = std::make_shared<std::string>();
+    CLI::App* app = parent.add_subcommand("status", "Show one job, or every job of your team");
+    app->add_option("job", *id, "job id (default: all)");
+    add_client_flags(app, flags.get());
+    out.push_back({app, [flags, id](const GlobalOptions&) { return run_status(*flags, *id); }});
+  }
+  {
+    auto flags = std::make_shared<ClientFlags>();
+    auto id = std::make_shared<std::string>();
+    auto follow = std::make_shared<bool>(false);
+    CLI::App* app = parent.add_subcommand("events", "Show a job's events (faults with culprits)");
+    app->add_option("job", *id, "job id")->required();
+    app->add_flag("--follow,-f", *follow, "keep printing new events until the job ends");
+    add_client_flags(app, flags.get());
+    out.push_back({app, [flags, id, follow](const GlobalOptions&) {
+                     return run_events(*flags, *id, *follow);
+                   }});
+  }
+  {
+    auto flags = std::make_shared<ClientFlags>();
+    auto id = std::make_shared<std::string>();
+    auto rank = std::make_shared<int>(0);
+    auto attempt = std::make_shared<int>(-1);
+    auto follow = std::make_shared<bool>(false);
+    CLI::App* app = parent.add_subcommand("logs", "Print what a rank of a job wrote");
+    app->add_option("job", *id, "job id")->required();
+    app->add_option("--rank", *rank, "the rank")
+        ->capture_default_str()
+        ->check(CLI::Range(0, 1 << 20));
+    app->add_option("--attempt", *attempt, "the attempt (default: the current one)")
+        ->check(CLI::Range(0, 1 << 30));
+    app->add_flag("--follow,-f", *follow, "keep printing until the job ends");
+    add_client_flags(app, flags.get());
+    out.push_back({app, [flags, id, rank, attempt, follow](const GlobalOptions&) {
+                     return run_logs(*flags, *id, *rank, *attempt, *follow);
+                   }});
+  }
+  {
+    auto flags = std::make_shared<ClientFlags>();
+    auto id = std::make_shared<std::string>();
+    CLI::App* app = parent.add_subcommand("cancel", "Cancel a job (its ranks checkpoint and stop)");
+    app->add_option("job", *id, "job id")->required();
+    add_client_flags(app, flags.get());
+    out.push_back({app, [flags, id](const GlobalOptions&) { return run_cancel(*flags, *id); }});
+  }
+  {
+    auto flags = std::make_shared<ClientFlags>();
+    CLI::App* app = parent.add_subcommand("nodes", "Show the cluster's nodes and their state");
+    add_client_flags(app, flags.get());
+    out.push_back({app, [flags](const GlobalOptions&) { return run_nodes(*flags); }});
+  }
+  {
+    auto flags = std::make_shared<ClientFlags>();
+    auto node = std::make_shared<std::string>();
+    auto reason = std::make_shared<std::string>();
+    CLI::App* app = parent.add_subcommand("cordon", "Keep new ranks off a node (admin)");
+    app->add_option("node", *node, "node name")->required();
+    app->add_option("--reason", *reason, "why (shown in kiln nodes)")->required();
+    add_client_flags(app, flags.get());
+    out.push_back({app, [flags, node, reason](const GlobalOptions&) {
+                     return run_cordon(*flags, *node, *reason, true);
+                   }});
+  }
+  {
+    auto flags = std::make_shared<ClientFlags>();
+    auto node = std::make_shared<std::string>();
+    CLI::App* app =
+        parent.add_subcommand("uncordon", "Let a cordoned node take ranks again (admin)");
+    app->add_option("node", *node, "node name")->required();
+    add_client_flags(app, flags.get());
+    out.push_back({app, [flags, node](const GlobalOptions&) {
+                     return run_cordon(*flags, *node, "", false);
+                   }});
+  }
+  return out;
+}
+
+}  // namespace kiln::cli

@@ -1,0 +1,352 @@
+// `kiln serve`: the coordinator. State (SQLite, tokens, the secret key, the agents' work
+// directories and logs) lives under --state-dir; with --local-nodes N it also runs an embedded
+// cluster of N node agents on this host (2 per rack), so one command gives a whole cluster.
+//
+// What survives what: the store daemon and the local agents run detached, so SIGKILL of this
+// process leaves every job running; started again with the same --state-dir it adopts them (by
+// the pids in its state) and the agents report to it again. SIGINT/SIGTERM is an orderly
+// shutdown of the embedded cluster: the local agents (and their ranks) and the store stop too.
+#include <fcntl.h>
+#include <sys/resource.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <csignal>
+#include <fstream>
+#include <iostream>
+#include <thread>
+
+#include <nlohmann/json.hpp>
+
+#include <kiln/base/file_system.h>
+#include <kiln/comm/store.h>
+#include <kiln/obs/http_server.h>
+#include <kiln/obs/metrics.h>
+#include <kiln/obs/metrics_endpoint.h>
+#include <kiln/sched/api.h>
+#include <kiln/sched/auth.h>
+#include <kiln/sched/coordinator.h>
+#include <kiln/sched/daemons.h>
+#include <kiln/sched/policy.h>
+#include <kiln/sched/secret_box.h>
+#include <kiln/sched/state_store.h>
+
+#include "cli/command.h"
+#include "cli/serve_metrics.h"
+#include "cli/server_address.h"
+#include "cli/signals.h"
+
+namespace kiln::cli {
+namespace {
+
+constexpr int kDefaultPort = 7470;
+constexpr int64_t kTickMs = 100;
+constexpr int64_t kDaemonStartMs = 15000;
+
+struct ServeFlags {
+  std::string state_dir;
+  std::string bind = "127.0.0.1";
+  int port = -1;  // -1: the port this state dir served on before, else kDefaultPort
+  int local_nodes = 0;
+  int slots_per_node = 2;
+  std::string auth_file;
+  std::string node_token_file;
+  int64_t node_timeout_ms = 5000;
+  int cordon_faults = 3;
+  int64_t cordon_window_s = 600;
+  int connections_max = 16384;
+  bool json = false;
+};
+
+Status write_private(const std::string& path, const std::string& text) {
+  const int fd = open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+  if (fd < 0) return os_error(path, "open", errno);
+  const bool ok = write(fd, text.data(), text.size()) == static_cast<ssize_t>(text.size());
+  const int err = errno;
+  close(fd);
+  if (!ok) return os_error(path, "write", err);
+  return Status();
+}
+
+Result<std::string> read_first_line(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) return Status::not_found("cannot read " + path);
+  std::string line;
+  std::getline(in, line);
+  if (line.empty()) return Status::invalid_argument(path + " is empty");
+  return line;
+}
+
+// The token in `path`, made (mode 0600) when the file does not exist yet.
+Result<std::string> token_file(const std::string& path) {
+  if (access(path.c_str(), F_OK) == 0) return read_first_line(path);
+  KILN_ASSIGN_OR_RETURN(std::string token, sched::new_token());
+  KILN_RETURN_IF_ERROR(write_private(path, token + "\n"));
+  return token;
+}
+
+struct Auth {
+  sched::TokenRegistry registry;
+  std::string node_token;
+  std::string admin_token_path;  // the local default's admin token, for clients on this host
+};
+
+Result<Auth> load_auth(const ServeFlags& flags) {
+  Auth out;
+  if (!flags.auth_file.empty()) {
+    KILN_ASSIGN_OR_RETURN(out.registry, sched::TokenRegistry::load_file(flags.auth_file));
+    if (flags.node_token_file.empty()) {
+      return Status::invalid_argument(
+          "--auth-file needs --node-token-file: the node agents' token");
+    }
+    KILN_ASSIGN_OR_RETURN(out.node_token, read_first_line(flags.node_token_file));
+    if (!out.registry.is_node_token(out.node_token)) {
+      return Status::invalid_argument("the token in " + flags.node_token_file +
+                                      " is not the node token of " + flags.auth_file);
+    }
+    return out;
+  }
+  // The local default: an admin token and a node token made once per state dir.
+  out.admin_token_path = flags.state_dir + "/admin.token";
+  KILN_ASSIGN_OR_RETURN(std::string admin, token_file(out.admin_token_path));
+  KILN_ASSIGN_OR_RETURN(out.node_token, token_file(flags.state_dir + "/node.token"));
+  sched::TokenEntry entry{"admin", "admin", true, sched::sha256_hex(admin)};
+  const std::string path = flags.state_dir + "/auth.yaml";
+  KILN_RETURN_IF_ERROR(write_private(
+      path, sched::TokenRegistry::render({entry}, sched::sha256_hex(out.node_token), {})));
+  KILN_ASSIGN_OR_RETURN(out.registry, sched::TokenRegistry::load_file(path));
+  return out;
+}
+
+// The store daemon of this state dir: adopted when it still runs, else started.
+Result<std::string> ensure_store(const ServeFlags& flags, sched::StateStore* state,
+                                 const std::string& token_path, Logger& log) {
+  const std::string kiln = self_executable();
+  KILN_ASSIGN_OR_RETURN(std::optional<std::string> pid_text, state->get_setting("store_pid"));
+  KILN_ASSIGN_OR_RETURN(std::optional<std::string> address, state->get_setting("store_address"));
+  if (pid_text && address &&
+      sched::daemon_alive(static_cast<pid_t>(std::stol(*pid_text)), {"store", token_path})) {
+    log.info("adopted the store daemon", {{"pid", *pid_text}, {"address", *address}});
+    return *address;
+  }
+  const std::string out = flags.state_dir + "/store.out";
+  (void)unlink(out.c_str());
+  KILN_ASSIGN_OR_RETURN(
+      pid_t pid,
+      sched::spawn_detached({{kiln, "--log-file", flags.state_dir + "/store.log", "store", "--port",
+                              "0", "--bind", "127.0.0.1", "--token-file", token_path, "--json"},
+                             out}));
+  KILN_ASSIGN_OR_RETURN(std::string line, sched::wait_for_json_line(out, "port", kDaemonStartMs));
+  const std::string addr =
+      "127.0.0.1:" + std::to_string(nlohmann::json::parse(line)["port"].get<int>());
+  KILN_RETURN_IF_ERROR(state->put_setting("store_pid", std::to_string(pid)));
+  KILN_RETURN_IF_ERROR(state->put_setting("store_address", addr));
+  log.info("started the store daemon", {{"pid", pid}, {"address", addr}});
+  return addr;
+}
+
+// The embedded cluster's agents: local-0..N-1, two per rack; adopted when they still run.
+Result<std::vector<pid_t>> ensure_local_agents(const ServeFlags& flags, sched::StateStore* state,
+                                               const std::string& url, Logger& log) {
+  const std::string node_token_path =
+      flags.node_token_file.empty() ? flags.state_dir + "/node.token" : flags.node_token_file;
+  std::vector<pid_t> pids;
+  const std::string kiln = self_executable();
+  for (int i = 0; i < flags.local_nodes; ++i) {
+    const std::string name = "local-" + std::to_string(i);
+    const std::string dir = flags.state_dir + "/nodes/" + name;
+    KILN_RETURN_IF_ERROR(make_dirs_durably(posix_file_system(), dir));
+    const std::string key = "agent_pid/" + name;
+    KILN_ASSIGN_OR_RETURN(std::optional<std::string> pid_text, state->get_setting(key));
+    if (pid_text) {
+      const pid_t pid = static_cast<pid_t>(std::stol(*pid_text));
+      if (sched::daemon_alive(pid, {"agent", "--join", dir})) {
+        log.info("adopted a local agent", {{"node", name}, {"pid", pid}});
+        pids.push_back(pid);
+        continue;
+      }
+    }
+    const std::string labels =
+        "rack=r" + std::to_string(i / 2) + ",switch=s" + std::to_string(i / 2);
+    KILN_ASSIGN_OR_RETURN(
+        pid_t pid,
+        sched::spawn_detached({{kiln, "--log-file", dir + "/agent.log", "agent", "--join", url,
+                                "--node-name", name, "--rank-address", "127.0.0.1", "--labels",
+                                labels, "--slots", std::to_string(flags.slots_per_node),
+                                "--work-dir", dir, "--node-token-file", node_token_path},
+                               dir + "/agent.out"}));
+    KILN_RETURN_IF_ERROR(state->put_setting(key, std::to_string(pid)));
+    log.info("started a local agent", {{"node", name}, {"pid", pid}, {"labels", labels}});
+    pids.push_back(pid);
+  }
+  return pids;
+}
+
+void raise_fd_limit(int connections) {
+  rlimit r{};
+  if (getrlimit(RLIMIT_NOFILE, &r) != 0) return;
+  const rlim_t want = std::min<rlim_t>(r.rlim_max, static_cast<rlim_t>(connections) + 256);
+  if (r.rlim_cur < want) {
+    r.rlim_cur = want;
+    (void)setrlimit(RLIMIT_NOFILE, &r);
+  }
+}
+
+int run_serve(ServeFlags flags, const GlobalOptions& globals) {
+  TerminationSignals signals;  // first: every thread must inherit the blocked mask
+  std::shared_ptr<LogSink> sink = open_log_sink(globals);
+  if (!sink) return kExitBadInput;
+  Logger log(sink, "serve");
+  if (flags.state_dir.empty()) flags.state_dir = default_state_dir();
+  if (flags.state_dir[0] != '/') {
+    char cwd[4096];
+    if (getcwd(cwd, sizeof(cwd)) != nullptr)
+      flags.state_dir = std::string(cwd) + "/" + flags.state_dir;
+  }
+  Status s = make_dirs_durably(posix_file_system(), flags.state_dir);
+  if (!s.ok()) return report_error("serve", s.with_context("--state-dir"));
+  (void)chmod(flags.state_dir.c_str(), 0700);
+
+  Result<sched::SecretBox> box = sched::SecretBox::open_key_file(flags.state_dir + "/secret.key");
+  if (!box.ok()) return report_error("serve", box.status());
+  Result<std::unique_ptr<sched::StateStore>> state =
+      sched::StateStore::open(flags.state_dir + "/kiln.db", &*box);
+  if (!state.ok()) return report_error("serve", state.status());
+  Result<Auth> auth = load_auth(flags);
+  if (!auth.ok()) return report_error("serve", auth.status());
+
+  if (flags.port < 0) {
+    Result<std::optional<std::string>> previous = (*state)->get_setting("port");
+    flags.port = previous.ok() && *previous ? std::stoi(**previous) : kDefaultPort;
+  }
+  const std::string store_token_path = flags.state_dir + "/store.token";
+  Result<std::string> store_token = token_file(store_token_path);
+  if (!store_token.ok()) return report_error("serve", store_token.status());
+  Result<std::string> store_address = ensure_store(flags, state->get(), store_token_path, log);
+  if (!store_address.ok()) return report_error("serve", store_address.status());
+
+  sched::CoordinatorOptions options;
+  options.store_address = *store_address;
+  options.store_token = *store_token;
+  options.kiln_binary = self_executable();
+  options.node_timeout_ms = flags.node_timeout_ms;
+  options.cordon_faults = flags.cordon_faults;
+  options.cordon_window_ms = flags.cordon_window_s * 1000;
+  Result<std::unique_ptr<sched::Coordinator>> coordinator = sched::Coordinator::open(
+      options, state->get(), sched::make_fifo_gang_policy(), &system_clock(), log);
+  if (!coordinator.ok()) return report_error("serve", coordinator.status());
+
+  raise_fd_limit(flags.connections_max);
+  obs::MetricsRegistry registry;
+  ServeMetrics metrics(&registry, coordinator->get());
+  obs::HttpServerOptions http;
+  http.bind_address = flags.bind;
+  http.port = flags.port;
+  http.threads = 8;
+  http.connections_max = flags.connections_max;
+  http.idle_timeout_ms = 30000;
+  obs::HttpServer server(http);
+  obs::add_metrics_routes(&server, &registry, nullptr);
+  sched::ApiContext api;
+  api.coordinator = coordinator->get();
+  api.tokens = &auth->registry;
+  api.audit = state->get();
+  api.node_token = auth->node_token;
+  api.log = log;
+  sched::add_api_routes(&server, api);
+  s = server.start();
+  if (!s.ok()) return report_error("serve", s.with_context("--port"));
+  const std::string url = "http://" + flags.bind + ":" + std::to_string(server.port());
+  (void)(*state)->put_setting("port", std::to_string(server.port()));
+
+  Result<std::vector<pid_t>> agents = ensure_local_agents(flags, state->get(), url, log);
+  if (!agents.ok()) return report_error("serve", agents.status());
+  if (!auth->admin_token_path.empty()) {
+    Status written = write_client_discovery(url, auth->admin_token_path);
+    if (!written.ok())
+      log.warn("client discovery file not written", {{"error", written.to_string()}});
+  }
+  {
+    nlohmann::ordered_json event;
+    event["event"] = "serving";
+    event["address"] = url;
+    event["state_dir"] = flags.state_dir;
+    event["token_file"] = auth->admin_token_path;
+    event["local_nodes"] = flags.local_nodes;
+    if (flags.json) {
+      std::cout << event.dump() << std::endl;
+    } else {
+      std::cout << "kiln serve: coordinator on " << url << " (state in " << flags.state_dir
+                << ")\n";
+      if (!auth->admin_token_path.empty()) {
+        std::cout << "  export KILN_SERVER=" << url << "\n  export KILN_TOKEN=$(cat "
+                  << auth->admin_token_path << ")\n";
+      }
+      std::cout << std::flush;
+    }
+  }
+
+  std::atomic<bool> stopping{false};
+  std::thread ticker([&] {
+    while (!stopping.load()) {
+      (*coordinator)->tick();
+      metrics.sample();
+      std::this_thread::sleep_for(std::chrono::milliseconds(kTickMs));
+    }
+  });
+  int signal_number = 0;
+  while (signal_number == 0)
+    signal_number = signals.wait(1000);
+  stopping = true;
+  ticker.join();
+  server.stop();
+  // An orderly stop takes the embedded cluster down with it; SIGKILL would have left it running.
+  for (pid_t pid : *agents)
+    if (sched::daemon_alive(pid, {"agent"})) kill(pid, SIGTERM);
+  Result<std::optional<std::string>> store_pid = (*state)->get_setting("store_pid");
+  if (store_pid.ok() && *store_pid) kill(static_cast<pid_t>(std::stol(**store_pid)), SIGTERM);
+  log.info("coordinator stopped", {{"signal", signal_number}});
+  return kExitOk;
+}
+
+}  // namespace
+
+Command add_serve_command(CLI::App& parent) {
+  auto flags = std::make_shared<ServeFlags>();
+  CLI::App* app = parent.add_subcommand(
+      "serve",
+      "Run the coordinator: jobs, nodes, faults and restarts (optionally a local cluster)");
+  app->add_option("--state-dir", flags->state_dir,
+                  "SQLite state, tokens, logs and local nodes' work dirs (default ~/.kiln/serve)");
+  app->add_option("--port", flags->port, "API port (default: this state dir's last, else 7470)")
+      ->check(CLI::Range(0, 65535));
+  app->add_option("--bind", flags->bind, "API address")->capture_default_str();
+  app->add_option("--local-nodes", flags->local_nodes, "start this many node agents on this host")
+      ->check(CLI::Range(0, 64));
+  app->add_option("--slots-per-node", flags->slots_per_node, "ranks each local node can run")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 1024));
+  app->add_option("--auth-file", flags->auth_file, "token hashes, teams and users (YAML)")
+      ->check(CLI::ExistingFile);
+  app->add_option("--node-token-file", flags->node_token_file, "the node agents' token")
+      ->check(CLI::ExistingFile);
+  app->add_option("--node-timeout-ms", flags->node_timeout_ms,
+                  "a node whose agent is silent this long is down")
+      ->capture_default_str()
+      ->check(CLI::Range(int64_t{200}, int64_t{3600000}));
+  app->add_option("--cordon-after", flags->cordon_faults,
+                  "faults on one node within the window that cordon it")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 1000));
+  app->add_option("--cordon-window-s", flags->cordon_window_s, "the window, in seconds")
+      ->capture_default_str()
+      ->check(CLI::Range(int64_t{1}, int64_t{86400 * 30}));
+  app->add_option("--connections-max", flags->connections_max, "open API connections at most")
+      ->capture_default_str()
+      ->check(CLI::Range(16, 1 << 20));
+  app->add_flag("--json", flags->json, "print the serving line as JSON");
+  return {app, [flags](const GlobalOptions& globals) { return run_serve(*flags, globals); }};
+}
+
+}  // namespace kiln::cli

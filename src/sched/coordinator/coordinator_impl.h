@@ -1,0 +1,108 @@
+// The coordinator's state in memory and the helpers its three files share: coordinator.cc (the
+// API), reports.cc (what agents report and are told), recovery.cc (faults, stops, restarts,
+// scheduling). Private to src/sched/.
+//
+// Invariants (checked where they are relied on):
+//   - `jobs` holds every job that is not terminal, as last written to SQLite (same version);
+//     a terminal job leaves the map in the transaction that makes it terminal.
+//   - `nodes` holds every node SQLite has, as last written.
+//   - runtime state (ranks, progress, report times) is rebuilt from agent reports: losing it (a
+//     coordinator restart) delays decisions by at most one report interval, never changes them.
+#ifndef KILN_SCHED_COORDINATOR_COORDINATOR_IMPL_H_
+#define KILN_SCHED_COORDINATOR_COORDINATOR_IMPL_H_
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include <kiln/sched/coordinator.h>
+
+namespace kiln::sched {
+
+// One rank of a job's current attempt, as the agents last reported it.
+struct RankRuntime {
+  bool reported = false;  // an agent has mentioned it in this coordinator's lifetime
+  bool running = false;
+  bool ended = false;
+  bool ok = false;  // ended with 0 (or 75 while stopping)
+  pid_t pid = 0;
+  int64_t step = -1;
+  int64_t progress_mono_ns = 0;  // when its step counter last moved (or the attempt began)
+  char proc_state = '?';
+  RankReport end;  // how it ended
+};
+
+struct JobRuntime {
+  int attempt = -1;  // the attempt `ranks` describe
+  std::vector<RankRuntime> ranks;
+  int64_t attempt_mono_ns = 0;  // placed (or first seen after a coordinator restart)
+  int64_t stop_mono_ns = 0;     // when stopping began
+  int64_t stop_grace_ms = 0;
+  // The fault this attempt ended with, for the detection and recovery figures.
+  int64_t fault_mono_ns = 0;
+  bool awaiting_recovery = false;  // set at a fault; cleared at the next attempt's first step
+  std::string waiting;             // why the policy left it waiting
+  // Nodes its faults were blamed on: the policy places the next attempt elsewhere if it can.
+  std::vector<std::string> avoid;
+  int64_t rank0_step = -1;  // for goodput: steps past the job's newest are productive
+};
+
+struct NodeRuntime {
+  int64_t report_mono_ns = 0;  // the last report (or the coordinator's start)
+  int cpus = 0;
+};
+
+struct Coordinator::Impl {
+  CoordinatorOptions options;
+  StateStore* store = nullptr;
+  std::unique_ptr<Policy> policy;
+  const Clock* clock = nullptr;
+  Logger log;
+
+  std::mutex mu;
+  std::map<std::string, JobRecord> jobs;  // non-terminal jobs
+  std::map<std::string, JobRuntime> runtime;
+  std::map<std::string, NodeRecord> nodes;
+  std::map<std::string, NodeRuntime> node_runtime;
+  Samples samples;
+
+  int64_t mono() const { return clock->monotonic_ns(); }
+  int64_t wall() const { return clock->wall_ns(); }
+
+  // reports.cc
+  AgentAnswer answer_for(const std::string& node);
+  Status take_report(const AgentReport& report, bool* changed);
+  Status register_node(const AgentReport& report, bool* changed);
+
+  // recovery.cc
+  Status detect_timeouts();
+  // `isolate`: the fault implicates the node (suspect, then cordon); a program that exited with
+  // an error of its own (no signal, no peer blamed) implicates the job, not the machine.
+  Status fault(JobRecord* job, FaultCause cause, int rank, const std::string& node,
+               const std::string& message, bool isolate = true);
+  Status finish_stops();
+  Status schedule();
+  Status mark_node_faulty(const std::string& node, const std::string& why,
+                          std::vector<EventRecord>* events, StateStore::Batch* batch);
+  Status relax_suspects();
+
+  // coordinator.cc
+  JobRuntime& runtime_of(const JobRecord& job);
+  Status write_job(JobRecord* job, JobState to, std::vector<EventRecord> events);
+  EventRecord event(const JobRecord& job, const std::string& type,
+                    nlohmann::json detail = nlohmann::json::object()) const;
+  EventRecord node_event(const std::string& node, const std::string& type,
+                         const std::string& reason) const;
+  Status set_node_state(const std::string& name, NodeState to, const std::string& reason);
+  bool visible_to(const Caller& caller, const JobRecord& job) const;
+  double goodput_of(const JobRecord& job) const;
+};
+
+JobState state_of(const JobRecord& job);
+
+}  // namespace kiln::sched
+
+#endif  // KILN_SCHED_COORDINATOR_COORDINATOR_IMPL_H_

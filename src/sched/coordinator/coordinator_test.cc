@@ -1,0 +1,405 @@
+// The coordinator's state machines without processes: agents are played by the test (reports in,
+// answers out), time by a FakeClock, state by a real SQLite file. What the process-level tests
+// (tests/sched/) show with real ranks, these pin down case by case and without sleeping.
+#include <kiln/sched/coordinator.h>
+
+#include <gtest/gtest.h>
+
+#include <filesystem>
+
+#include <kiln/base/clock.h>
+#include <kiln/sched/secret_box.h>
+
+namespace kiln::sched {
+namespace {
+
+constexpr int64_t kMs = 1'000'000;
+
+class CoordinatorTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = std::filesystem::temp_directory_path() /
+           ("kiln-coordinator-test-" + std::to_string(getpid()) + "-" +
+            ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    std::filesystem::remove_all(dir_);
+    std::filesystem::create_directories(dir_);
+    open();
+    for (int i = 0; i < 4; ++i)
+      report(node(i));
+  }
+  void TearDown() override {
+    coordinator_.reset();
+    store_.reset();
+    std::filesystem::remove_all(dir_);
+  }
+
+  // (Re)opens the store and the coordinator on the same file: a coordinator restart.
+  void open() {
+    coordinator_.reset();
+    store_.reset();
+    Result<std::unique_ptr<StateStore>> s = StateStore::open((dir_ / "kiln.db").string(), &box_);
+    ASSERT_TRUE(s.ok()) << s.status().to_string();
+    store_ = std::move(*s);
+    CoordinatorOptions o;
+    o.store_address = "127.0.0.1:1";
+    o.store_token = "t";
+    o.kiln_binary = "/opt/kiln";
+    o.node_timeout_ms = 5000;
+    o.cordon_faults = 2;
+    Result<std::unique_ptr<Coordinator>> c =
+        Coordinator::open(o, store_.get(), make_fifo_gang_policy(), &clock_, Logger());
+    ASSERT_TRUE(c.ok()) << c.status().to_string();
+    coordinator_ = std::move(*c);
+  }
+
+  static std::string node(int i) { return "local-" + std::to_string(i); }
+
+  AgentReport base_report(const std::string& name) {
+    AgentReport r;
+    r.node = name;
+    r.labels = {{"rack", name == "local-0" || name == "local-1" ? "r0" : "r1"}};
+    r.slots = 2;
+    return r;
+  }
+
+  // A report with `ranks`; returns the answer.
+  AgentAnswer report(const std::string& name, std::vector<RankReport> ranks = {}) {
+    AgentReport r = base_report(name);
+    r.ranks = std::move(ranks);
+    Result<AgentAnswer> a = coordinator_->report(r);
+    EXPECT_TRUE(a.ok()) << a.status().to_string();
+    return a.ok() ? *a : AgentAnswer{};
+  }
+
+  static RankReport running(const RankAssignment& a, int64_t step = -1) {
+    RankReport r;
+    r.job_id = a.job_id;
+    r.attempt = a.attempt;
+    r.rank = a.rank;
+    r.pid = 1000 + a.rank;
+    r.running = true;
+    r.step = step;
+    r.step_ms = 100;
+    r.progress_age_ms = 0;
+    r.proc_state = 'S';
+    return r;
+  }
+
+  JobSpec spec(int nodes = 2, int min_nodes = 0) {
+    JobSpec s;
+    s.name = "job";
+    s.command = {"kiln", "train", "c.yaml"};
+    s.nodes = nodes;
+    s.min_nodes = min_nodes;
+    s.checkpoint_dir = "ckpt";
+    s.max_restarts = 2;
+    s.restart_backoff_ms = 1000;
+    s.progress_timeout_ms = 3000;
+    s.env = {{"PLAIN", "p", false}, {"API_KEY", "secret-value", true}};
+    return s;
+  }
+
+  std::string submit(JobSpec s) {
+    Result<JobRecord> j = coordinator_->submit(admin_, std::move(s), "/work");
+    EXPECT_TRUE(j.ok()) << j.status().to_string();
+    return j.ok() ? j->id : "";
+  }
+
+  JobRecord job(const std::string& id) {
+    Result<JobStatus> s = coordinator_->job(admin_, id);
+    EXPECT_TRUE(s.ok()) << s.status().to_string();
+    return s.ok() ? s->record : JobRecord{};
+  }
+
+  std::vector<std::string> event_types(const std::string& id) {
+    std::vector<std::string> out;
+    Result<std::vector<EventRecord>> e = coordinator_->events(admin_, id, 0, 1000);
+    EXPECT_TRUE(e.ok());
+    for (const EventRecord& r : *e)
+      out.push_back(r.type);
+    return out;
+  }
+
+  // By value: a range-for over *coordinator_->nodes() would outlive the Result it points into.
+  std::vector<NodeRecord> nodes() {
+    Result<std::vector<NodeRecord>> n = coordinator_->nodes();
+    EXPECT_TRUE(n.ok());
+    return n.ok() ? *n : std::vector<NodeRecord>{};
+  }
+
+  EventRecord last_event(const std::string& id, const std::string& type) {
+    Result<std::vector<EventRecord>> e = coordinator_->events(admin_, id, 0, 1000);
+    EventRecord found;
+    for (const EventRecord& r : *e)
+      if (r.type == type) found = r;
+    return found;
+  }
+
+  // Every node reports its assigned ranks as running (at `step`); returns the assignments.
+  std::map<std::string, std::vector<RankAssignment>> run_all(int64_t step = -1) {
+    std::map<std::string, std::vector<RankAssignment>> out;
+    for (int i = 0; i < 4; ++i) {
+      AgentAnswer a = report(node(i));
+      std::vector<RankReport> ranks;
+      for (const RankAssignment& r : a.ranks)
+        if (!r.stop) ranks.push_back(running(r, step));
+      report(node(i), ranks);
+      out[node(i)] = a.ranks;
+    }
+    return out;
+  }
+
+  std::filesystem::path dir_;
+  SecretBox box_ = SecretBox::from_key_for_test(std::string(32, 'k'));
+  FakeClock clock_{1'700'000'000'000'000'000};
+  std::unique_ptr<StateStore> store_;
+  std::unique_ptr<Coordinator> coordinator_;
+  Caller admin_{"admin", "ops", true};
+};
+
+TEST_F(CoordinatorTest, ASubmittedJobIsPlacedAsAGangAndRuns) {
+  const std::string id = submit(spec());
+  JobRecord j = job(id);
+  EXPECT_EQ(j.state, "placed");
+  EXPECT_EQ(j.nodes, (std::vector<std::string>{"local-0", "local-1"}));
+  auto assigned = run_all(0);
+  ASSERT_EQ(assigned["local-0"].size(), 1u);
+  const RankAssignment& a = assigned["local-1"][0];
+  EXPECT_EQ(a.rank, 1);
+  EXPECT_EQ(a.argv,
+            (std::vector<std::string>{"/opt/kiln", "train", "c.yaml", "--ckpt-dir", "/work/ckpt"}));
+  EXPECT_EQ(a.env.at("KILN_RANK"), "1");
+  EXPECT_EQ(a.env.at("KILN_WORLD_SIZE"), "2");
+  EXPECT_EQ(a.env.at("KILN_JOB_ID"), id);
+  EXPECT_EQ(a.env.at("KILN_HOST"), "local-1");
+  EXPECT_EQ(a.env.at("API_KEY"), "secret-value");  // agents get the value; nothing else does
+  EXPECT_EQ(job(id).state, "running");
+  EXPECT_EQ(event_types(id), (std::vector<std::string>{"queued", "admitted", "placed", "running"}));
+}
+
+TEST_F(CoordinatorTest, AKilledRankIsTheCulpritAndTheJobRestartsElsewhereAfterItsBackoff) {
+  const std::string id = submit(spec());
+  auto assigned = run_all(3);
+  // Rank 0 exits 1 first (its collective failed), naming rank 1 from its flight recorder.
+  RankReport r0 = running(assigned["local-0"][0], 3);
+  r0.running = false;
+  r0.exited = true;
+  r0.code = 1;
+  r0.culprit_rank = 1;
+  r0.describe = "rank 0 exited with code 1";
+  report("local-0", {r0});
+  EventRecord fault = last_event(id, "fault");
+  EXPECT_EQ(fault.detail["cause"], "rank_exit");
+  EXPECT_EQ(fault.detail["rank"], 1);
+  EXPECT_EQ(fault.detail["node"], "local-1");
+  EXPECT_EQ(fault.detail["blame"], "node");
+  EXPECT_EQ(job(id).state, "stopping");
+  // Every other rank is told to stop.
+  AgentAnswer a = report("local-1", {running(assigned["local-1"][0], 3)});
+  ASSERT_EQ(a.ranks.size(), 1u);
+  EXPECT_TRUE(a.ranks[0].stop);
+  RankReport r1 = running(assigned["local-1"][0], 3);
+  r1.running = false;
+  r1.exited = false;
+  r1.code = 9;
+  report("local-1", {r1});
+  EXPECT_EQ(job(id).state, "restarting");
+  EXPECT_EQ(job(id).attempt, 1);
+  // Not before the backoff.
+  coordinator_->tick();
+  EXPECT_EQ(job(id).state, "restarting");
+  clock_.advance_ns(1100 * kMs);
+  for (int i = 0; i < 4; ++i)
+    report(node(i));  // the nodes keep reporting (no rank any more)
+  coordinator_->tick();
+  JobRecord j = job(id);
+  EXPECT_EQ(j.state, "placed");
+  // local-1 is suspect and avoided: the gang moves to rack r1.
+  EXPECT_EQ(j.nodes, (std::vector<std::string>{"local-2", "local-3"}));
+  EXPECT_EQ(nodes()[1].state, "suspect");
+}
+
+TEST_F(CoordinatorTest, AProgramErrorDoesNotMakeItsNodeSuspectAndTheBudgetEndsInFailed) {
+  JobSpec s = spec();
+  s.max_restarts = 1;
+  s.restart_backoff_ms = 0;
+  const std::string id = submit(s);
+  for (int attempt = 0; attempt < 2; ++attempt) {
+    auto assigned = run_all(0);
+    for (auto& [name, ranks] : assigned) {
+      for (const RankAssignment& a : ranks) {
+        RankReport r = running(a, 0);
+        r.running = false;
+        r.exited = true;
+        r.code = 2;
+        report(name, {r});
+      }
+    }
+    coordinator_->tick();
+  }
+  JobRecord j = job(id);
+  EXPECT_EQ(j.state, "failed");
+  EXPECT_NE(j.reason.find("restart budget spent (1 of 1)"), std::string::npos) << j.reason;
+  EXPECT_EQ(last_event(id, "fault").detail["blame"], "job");
+  for (const NodeRecord& n : nodes())
+    EXPECT_EQ(n.state, "ready") << n.name;
+}
+
+TEST_F(CoordinatorTest, AStalledStepCounterIsAHangBlamingTheStoppedRank) {
+  const std::string id = submit(spec());
+  auto assigned = run_all(5);
+  clock_.advance_ns(2000 * kMs);
+  // Rank 0 still moves; rank 1 is stopped by the kernel and reports no new step.
+  RankReport r0 = running(assigned["local-0"][0], 6);
+  report("local-0", {r0});
+  RankReport r1 = running(assigned["local-1"][0], 5);
+  r1.proc_state = 'T';
+  r1.progress_age_ms = 2000;
+  report("local-1", {r1});
+  coordinator_->tick();
+  EXPECT_EQ(job(id).state, "running");  // 2 s < the 3 s timeout
+  clock_.advance_ns(1500 * kMs);
+  report("local-0", {running(assigned["local-0"][0], 6)});
+  report("local-1", {r1});
+  coordinator_->tick();
+  EventRecord fault = last_event(id, "fault");
+  EXPECT_EQ(fault.detail["cause"], "hung");
+  EXPECT_EQ(fault.detail["rank"], 1);
+  EXPECT_NE(fault.detail["message"].get<std::string>().find("SIGSTOP"), std::string::npos);
+}
+
+TEST_F(CoordinatorTest, ASilentNodeIsDownAndItsJobRestartsShrunk) {
+  JobSpec s = spec(2, 1);
+  s.progress_timeout_ms = 60000;  // the node timeout (5 s) decides here
+  const std::string id = submit(s);
+  run_all(2);
+  // local-1 goes silent; the others keep reporting.
+  for (int t = 0; t < 6; ++t) {
+    clock_.advance_ns(1000 * kMs);
+    for (int i : {0, 2, 3})
+      report(node(i));
+    coordinator_->tick();
+  }
+  EXPECT_EQ(nodes()[1].state, "down");
+  EXPECT_EQ(last_event(id, "fault").detail["cause"], "node_lost");
+  // local-0's rank ends on its stop; local-1's is gone with its node.
+  AgentAnswer a = report("local-0");
+  ASSERT_EQ(a.ranks.size(), 1u);
+  EXPECT_TRUE(a.ranks[0].stop);
+  RankReport r0 = running(a.ranks[0]);
+  r0.running = false;
+  r0.exited = true;
+  r0.code = 75;
+  r0.stopped_by_agent = true;
+  report("local-0", {r0});
+  EXPECT_EQ(job(id).state, "restarting");
+  // Cordon two more: one healthy node is left, and min_nodes 1 lets the job shrink onto it.
+  ASSERT_TRUE(coordinator_->cordon(admin_, "local-2", "test").ok());
+  ASSERT_TRUE(coordinator_->cordon(admin_, "local-3", "test").ok());
+  clock_.advance_ns(1100 * kMs);
+  report("local-0");
+  coordinator_->tick();
+  JobRecord j = job(id);
+  EXPECT_EQ(j.state, "placed");
+  EXPECT_EQ(j.nodes, (std::vector<std::string>{"local-0"}));
+  EXPECT_NE(last_event(id, "placed").detail["why"].get<std::string>().find("shrunk from 2"),
+            std::string::npos);
+}
+
+TEST_F(CoordinatorTest, RepeatedFaultsCordonANodeAndUncordonReadmitsIt) {
+  JobSpec s = spec(1);
+  s.restart_backoff_ms = 0;
+  const std::string id = submit(s);
+  const std::string where = job(id).nodes[0];
+  // Only `where` takes work, so every attempt runs there.
+  for (int i = 0; i < 4; ++i) {
+    if (node(i) != where) {
+      ASSERT_TRUE(coordinator_->cordon(admin_, node(i), "test").ok());
+    }
+  }
+  for (int attempt = 0; attempt < 2; ++attempt) {
+    ASSERT_EQ(job(id).state, "placed") << attempt;
+    ASSERT_EQ(job(id).nodes[0], where);
+    AgentAnswer a = report(where);
+    ASSERT_EQ(a.ranks.size(), 1u);
+    RankReport r = running(a.ranks[0], 1);
+    r.running = false;
+    r.exited = false;
+    r.code = 11;  // SIGSEGV: the node is suspected
+    report(where, {r});
+    coordinator_->tick();
+  }
+  NodeRecord culprit;
+  for (const NodeRecord& n : nodes())
+    if (n.name == where) culprit = n;
+  EXPECT_EQ(culprit.state, "cordoned");
+  EXPECT_NE(culprit.reason.find("2 faults within"), std::string::npos) << culprit.reason;
+  // Nowhere to run: the job waits, saying why.
+  JobRecord j = job(id);
+  EXPECT_EQ(j.state, "restarting");
+  Result<JobStatus> st = coordinator_->job(admin_, id);
+  EXPECT_NE(st->waiting.find("cordoned"), std::string::npos) << st->waiting;
+  Result<NodeRecord> back = coordinator_->uncordon(admin_, where);
+  ASSERT_TRUE(back.ok());
+  EXPECT_EQ(back->state, "ready");
+  EXPECT_EQ(job(id).state, "placed");  // readmitted: the job runs there again
+}
+
+TEST_F(CoordinatorTest, ARestartedCoordinatorKeepsJobsNodesAndEventsAndStopsNothing) {
+  const std::string id = submit(spec());
+  auto assigned = run_all(4);
+  const std::vector<std::string> before = event_types(id);
+  open();  // the restart: a new coordinator on the same SQLite file
+  EXPECT_EQ(job(id).state, "running");
+  EXPECT_EQ(event_types(id), before);
+  EXPECT_EQ(nodes().size(), 4u);
+  // The agents report their ranks again and are told to keep them: nothing stops.
+  AgentAnswer a = report("local-0", {running(assigned["local-0"][0], 5)});
+  ASSERT_EQ(a.ranks.size(), 1u);
+  EXPECT_FALSE(a.ranks[0].stop);
+  EXPECT_EQ(a.ranks[0].env.at("API_KEY"), "secret-value");  // unsealed from SQLite
+  // A node that was silent before the restart gets a whole node timeout from the restart.
+  clock_.advance_ns(4000 * kMs);
+  coordinator_->tick();
+  for (const NodeRecord& n : nodes())
+    EXPECT_NE(n.state, "down") << n.name;
+}
+
+TEST_F(CoordinatorTest, TeamsSeeOnlyTheirJobsAndSpecsAreCheckedAgainstTheCluster) {
+  Caller alice{"alice", "vision", false};
+  Caller bob{"bob", "speech", false};
+  Result<JobRecord> j = coordinator_->submit(alice, spec(), "/work");
+  ASSERT_TRUE(j.ok());
+  EXPECT_TRUE(coordinator_->job(alice, j->id).ok());
+  EXPECT_TRUE(coordinator_->job(bob, j->id).status().is_not_found());
+  EXPECT_TRUE(coordinator_->cancel(bob, j->id).status().is_not_found());
+  EXPECT_TRUE(coordinator_->jobs(bob)->empty());
+  Result<JobRecord> big = coordinator_->submit(alice, spec(5), "/work");
+  ASSERT_FALSE(big.ok());
+  EXPECT_NE(big.status().message().find("cluster has 4"), std::string::npos);
+  EXPECT_FALSE(coordinator_->submit(alice, spec(), "relative").ok());
+}
+
+TEST_F(CoordinatorTest, CancelStopsTheRanksAndEndsCancelled) {
+  const std::string id = submit(spec());
+  auto assigned = run_all(1);
+  ASSERT_TRUE(coordinator_->cancel(admin_, id).ok());
+  EXPECT_EQ(job(id).state, "stopping");
+  for (auto& [name, ranks] : assigned) {
+    if (ranks.empty()) continue;
+    AgentAnswer a = report(name);
+    ASSERT_EQ(a.ranks.size(), 1u);
+    EXPECT_TRUE(a.ranks[0].stop);
+    RankReport r = running(ranks[0], 1);
+    r.running = false;
+    r.exited = true;
+    r.code = 75;
+    r.stopped_by_agent = true;
+    report(name, {r});
+  }
+  EXPECT_EQ(job(id).state, "cancelled");
+  EXPECT_TRUE(report("local-0").ranks.empty());
+}
+
+}  // namespace
+}  // namespace kiln::sched
