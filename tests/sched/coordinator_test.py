@@ -1,67 +1,60 @@
-""
-    "The coordinator's API and its durability with real processes and a real SQLite file (issue 12):
+"""The coordinator's API and its durability with real processes and a real SQLite file (issue 12):
 
-    - kill - 9 of the coordinator in the middle of a run,
-    then a restart on the same state : the job's ranks never stop(one start each, no fault,
-                                                                  attempt 0),
-                                       and no accepted job,
-                                       node state or event is lost,
-                                       including a job whose 201 arrived just before the kill;
--
-    bad
-    specs(unknown key, wrong type, nodes > cluster size, no config)are refused naming the file,
-    line and key;
-bad tokens get 401 / 403 / 404 with a message;
-- least privilege:a team sees and changes only its own jobs, only an admin manages nodes,
-                  and every state - changing call is in the audit log;
+- kill -9 of the coordinator in the middle of a run, then a restart on the same state: the job's
+  ranks never stop (one start each, no fault, attempt 0), and no accepted job, node state or event
+  is lost, including a job whose 201 arrived just before the kill;
+- bad specs (unknown key, wrong type, nodes > cluster size, no config) are refused naming the file,
+  line and key; bad tokens get 401/403/404 with a message;
+- least privilege: a team sees and changes only its own jobs, only an admin manages nodes, and
+  every state-changing call is in the audit log;
 - a secret env value appears nowhere: not in the coordinator's or agents' logs, events, API
   answers, or any TEXT column of the SQLite file.
 """
 import hashlib
 import json
 import os
-import signal
 import sqlite3
 import sys
 import tempfile
 import time
 import unittest
+import urllib.error
 import urllib.request
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "lib"))
 from kiln_cluster import Cluster  # noqa: E402
-from kiln_test import wait_until  # noqa: E402
 
 SLEEPER = """name: {name}
 command: [/bin/sh, -c, "echo started; sleep {seconds}; echo done"]
 nodes: {nodes}
 env:
   PLAIN: visible
-  API_KEY: {
-  {
-  value : { secret }
-    , secret : true
-  }
-}
-""
-    "
-    SECRET = "s3cr3t-VALUE-7f1d9"
+  API_KEY: {{value: {secret}, secret: true}}
+"""
+SECRET = "s3cr3t-VALUE-7f1d9"
 
-    def
-    write(tmp, name, text)
-    : path = os.path.join(tmp, name) with open(path, "w") as f
-    : f.write(text) return path
 
-          def
-          api(cluster, method, path, token, body = None)
-    : req = urllib.request
-                .Request(cluster.url + path, method = method,
-                         data = None if body is None else json.dumps(body).encode()) if token
-    : req.add_header("Authorization", "Bearer " + token) try
-    : with urllib.request.urlopen(req, timeout=10) as r:
+def write(tmp, name, text):
+    path = os.path.join(tmp, name)
+    with open(path, "w") as f:
+        f.write(text)
+    return path
+
+
+def api(cluster, method, path, token, body=None):
+    req = urllib.request.Request(cluster.url + path, method=method,
+                                 data=None if body is None else json.dumps(body).encode())
+    if token:
+        req.add_header("Authorization", "Bearer " + token)
+    try:
+        with urllib.request.urlopen(req, timeout=10) as r:
             return r.status, r.read().decode()
     except urllib.error.HTTPError as e:
         return e.code, e.read().decode()
+
+
+def sha(text):
+    return hashlib.sha256(text.encode()).hexdigest()
 
 
 class CoordinatorTest(unittest.TestCase):
@@ -76,7 +69,7 @@ class CoordinatorTest(unittest.TestCase):
             cluster.wait_state(long_job, "running", 30)
             events_before = cluster.events(long_job)
             nodes_before = {n["name"]: n["state"] for n in cluster.node_list()}
-#A submit whose 201 arrived, then the kill at once.
+            # A submit whose 201 arrived, then the kill at once.
             late = cluster.submit(write(self.tmp.name, "late.yaml", SLEEPER.format(
                 name="late", seconds=1, nodes=1, secret=SECRET)))
             cluster.kill9()
@@ -84,14 +77,14 @@ class CoordinatorTest(unittest.TestCase):
             cluster.start(wait_nodes=False)
             self.assertEqual(cluster.status(long_job)["state"], "running")
             self.assertEqual(cluster.events(long_job)[:len(events_before)], events_before)
-            for name, state in nodes_before.items():
-                self.assertEqual({n["name"]: n["state"] for n in cluster.node_list()}[name], state)
+            nodes_after = {n["name"]: n["state"] for n in cluster.node_list()}
+            self.assertEqual(nodes_after, nodes_before)
             final = cluster.wait_state(long_job, ["succeeded", "failed"], 60)
             self.assertEqual(final["state"], "succeeded", final)
             self.assertEqual(final["attempt"], 0)
             types = [e["type"] for e in cluster.events(long_job)]
             self.assertNotIn("fault", types)
-#Each rank started once : the restart did not stop or restart anything.
+            # Each rank started once: the restart did not stop or restart anything.
             starts = [r for r in cluster.agent_logs()
                       if r.get("msg") == "rank started" and r.get("job") == long_job]
             self.assertEqual(sorted(r["rank"] for r in starts), [0, 1])
@@ -101,11 +94,11 @@ class CoordinatorTest(unittest.TestCase):
     def test_bad_specs_are_refused_naming_file_line_and_key(self):
         with Cluster() as cluster:
             cases = {
-                "unknown.yaml": ("name: a\nconfig: c.yaml\nnodez: 2\n", ["unknown.yaml:3", "nodez",
-                                                                         "did you mean"]),
+                "unknown.yaml": ("name: a\nconfig: c.yaml\nnodez: 2\n",
+                                 ["unknown.yaml:3", "nodez", "did you mean"]),
                 "type.yaml": ("name: a\nconfig: c.yaml\nnodes: two\n", ["type.yaml:3", "nodes"]),
-                "big.yaml": ("name: a\nconfig: c.yaml\nnodes: 9\n", ["needs 9 node(s)",
-                                                                    "cluster has 4"]),
+                "big.yaml": ("name: a\nconfig: c.yaml\nnodes: 9\n",
+                             ["needs 9 node(s)", "cluster has 4"]),
                 "noconfig.yaml": ("name: a\nnodes: 1\n", ["noconfig.yaml", "config"]),
             }
             for name, (text, wanted) in cases.items():
@@ -118,10 +111,13 @@ class CoordinatorTest(unittest.TestCase):
     def test_tokens_teams_and_audit(self):
         tokens = {"alice": "alice-token-1", "bob": "bob-token-2", "ops": "ops-token-3"}
         node_token = "node-token-4"
-        sha = lambda t: hashlib.sha256(t.encode()).hexdigest()  # noqa: E731
-        auth = write(self.tmp.name, "auth.yaml", "tokens:\n" + "".join(
-            f"  {n}: {{team: {'ops' if n == 'ops' else n + '-team'}, admin: {str(n == 'ops').lower()}, "
-            f"sha256: {sha(t)}}}\n" for n, t in tokens.items()) + f"node_token_sha256: {sha(node_token)}\n")
+        lines = ["tokens:"]
+        for name, token in tokens.items():
+            team = "ops" if name == "ops" else name + "-team"
+            admin = "true" if name == "ops" else "false"
+            lines.append(f"  {name}: {{team: {team}, admin: {admin}, sha256: {sha(token)}}}")
+        lines.append(f"node_token_sha256: {sha(node_token)}")
+        auth = write(self.tmp.name, "auth.yaml", "\n".join(lines) + "\n")
         node_file = write(self.tmp.name, "node.token", node_token + "\n")
         with Cluster(extra=("--auth-file", auth, "--node-token-file", node_file),
                      token=tokens["ops"]) as cluster:
@@ -135,16 +131,16 @@ class CoordinatorTest(unittest.TestCase):
             self.assertEqual(status, 401)
             self.assertIn("unknown token", body)
             self.assertEqual(api(cluster, "GET", "/v1/jobs", node_token)[0], 403)
-#bob 's team sees nothing of alice' s job and cannot cancel it
+            # bob's team sees nothing of alice's job and cannot cancel it
             status, body = api(cluster, "GET", f"/v1/jobs/{job}", tokens["bob"])
             self.assertEqual(status, 404, body)
-            self.assertEqual(api(cluster, "POST", f"/v1/jobs/{job}/cancel", tokens["bob"], {})[0],
-                             404)
-            self.assertEqual(json.loads(api(cluster, "GET", "/v1/jobs", tokens["bob"])[1])["jobs"],
-                             [])
+            self.assertEqual(
+                api(cluster, "POST", f"/v1/jobs/{job}/cancel", tokens["bob"], {})[0], 404)
+            self.assertEqual(
+                json.loads(api(cluster, "GET", "/v1/jobs", tokens["bob"])[1])["jobs"], [])
             self.assertEqual(api(cluster, "GET", f"/v1/jobs/{job}", tokens["alice"])[0], 200)
             self.assertEqual(api(cluster, "GET", "/v1/jobs/j-999999", tokens["alice"])[0], 404)
-#only an admin manages nodes
+            # only an admin manages nodes
             r = cluster.kiln("cordon", "local-1", "--reason", "x", token=tokens["alice"])
             self.assertEqual(r.returncode, 1)
             self.assertIn("admin", r.stderr)
@@ -182,7 +178,8 @@ class CoordinatorTest(unittest.TestCase):
                         with open(path, errors="replace") as f:
                             self.assertNotIn(SECRET, f.read(), path)
             con = sqlite3.connect(os.path.join(cluster.state, "kiln.db"))
-            for (table,) in con.execute("SELECT name FROM sqlite_master WHERE type='table'"):
+            tables = [t for (t,) in con.execute("SELECT name FROM sqlite_master WHERE type='table'")]
+            for table in tables:
                 cols = [c[1] for c in con.execute(f"PRAGMA table_info({table})")]
                 for col in cols:
                     for (value,) in con.execute(

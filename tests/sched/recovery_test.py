@@ -1,27 +1,16 @@
-""
-    "The coordinator's recovery loop with real processes (issue 12): `kiln serve --local-nodes 4`,
-    a 2 -
-    node training job,
-    and the faults of the issue's must-show list:
+"""The coordinator's recovery loop with real processes (issue 12): `kiln serve --local-nodes 4`,
+a 2-node training job, and the faults of the issue's must-show list:
 
-        - kill -
-        9 a rank
-    : the fault names the culprit's rank and node, the job restarts from its newest checkpoint on
-          other nodes and ends with final losses bit -
-      identical to an undisturbed run of the same seed;
-the test prints kill->fault event and kill->first new step(goals : 2 s, 10 s);
-- SIGSTOP a rank:found by the progress timeout(within timeout + 2 s), named, restarted;
-- kill -
-    9 an agent and its ranks(a node lost):the node is marked down and the job restarts on the
-    remaining nodes,
-    shrinking to one node where min_nodes allows;
-- a node that faults repeatedly is cordoned with its reason;
-`kiln uncordon` readmits it.
+- kill -9 a rank: the fault names the culprit's rank and node, the job restarts from its newest
+  checkpoint on other nodes and ends with final losses bit-identical to an undisturbed run of the
+  same seed; the test prints kill -> fault event and kill -> first new step (goals: 2 s, 10 s);
+- SIGSTOP a rank: found by the progress timeout (within timeout + 2 s), named, restarted;
+- kill -9 an agent and its ranks (a node lost): the node is marked down and the job restarts on
+  the remaining nodes, shrinking to one node where min_nodes allows;
+- a node that faults repeatedly is cordoned with its reason; `kiln uncordon` readmits it.
 
-    The model is a 2 -
-    layer GPT - 2 on the SOTU shards(scripts / fetch - data),
-    small enough that 24 steps on two ranks take seconds;
-one rank per node, 1 thread each. Runs of the same world size are
+The model is a 2-layer GPT-2 on the SOTU shards (scripts/fetch-data), small enough that 24 steps
+on two ranks take seconds; one rank per node, 1 thread each. Runs of the same world size are
 deterministic, so losses are compared as the exact text the trainer printed.
 """
 import json
@@ -31,6 +20,7 @@ import sys
 import tempfile
 import time
 import unittest
+from datetime import datetime, timezone
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "lib"))
 from kiln_cluster import Cluster  # noqa: E402
@@ -39,61 +29,39 @@ from kiln_test import SOURCE_DIR, wait_until  # noqa: E402
 TRAIN_DIR = os.path.join(SOURCE_DIR, "data", "sotu", "train")
 VAL_DIR = os.path.join(SOURCE_DIR, "data", "sotu", "val")
 CONFIG = """model: {{n_layer: 2, n_head: 2, n_embd: 64, block_size: 64, vocab_size: 50257}}
-data: {
-  {
-  train : { train }
-    , val : {
-      val
-    }
-  }
-}
-train : {
-  {
-  batch:
-    8, seq : 64, max_steps : {steps},
-                             lr : 0.001,
-                             min_lr : 0.0001,
-                             warmup_steps : 2,
-                             grad_clip : 1.0,
-                             val_every : 8,
-                             val_batches : 2,
-                             seed : 7,
-                             threads : 1
-  }
-}
-""
-    "
-    STEPS = 24 SPEC =
-        ""
-        "name: {name}
-    command : [ kiln, train, {config}, --peak - gflops, "100", --json ] nodes : {nodes} min_nodes
-    : {min_nodes} checkpoint : {
-  {
-  dir : { ckpt }
-    , every : 4
-  }
-}
-max_restarts : 3 restart_backoff : 500ms progress_timeout : {
-  progress_timeout
-}
-""
-    "
+data: {{train: {train}, val: {val}}}
+train: {{batch: 8, seq: 64, max_steps: {steps}, lr: 0.001, min_lr: 0.0001, warmup_steps: 2,
+         grad_clip: 1.0, val_every: 8, val_batches: 2, seed: 7, threads: 1}}
+"""
+STEPS = 24
+SPEC = """name: {name}
+command: [kiln, train, {config}, --peak-gflops, "100", --json]
+nodes: {nodes}
+min_nodes: {min_nodes}
+checkpoint: {{dir: {ckpt}, every: 4}}
+max_restarts: 3
+restart_backoff: 500ms
+progress_timeout: {progress_timeout}
+"""
 
-    def
-    write_job(tmp, name, nodes = 2, min_nodes = None, progress_timeout = "60s", steps = STEPS)
-    : config = os.path.join(tmp, f "{name}-model.yaml") with open(config, "w") as f
-    : f.write(CONFIG.format(train = TRAIN_DIR, val = VAL_DIR, steps = steps)) spec =
-          os.path.join(tmp, f "{name}.yaml") with open(spec, "w") as f
-    : f.write(SPEC.format(name = name, config = config, nodes = nodes,
-                          min_nodes = min_nodes or nodes, ckpt = os.path.join(tmp, name, "ckpt"),
-                          progress_timeout = progress_timeout)) return spec
 
-      def step_lines(cluster, job, attempt)
-    : ""
-      "{step: the exact loss text} and the val_loss texts rank 0 printed in `attempt`."
-      "" losses,
-      vals = {}, {}
-try : records = cluster.logs(job, 0, attempt)
+def write_job(tmp, name, nodes=2, min_nodes=None, progress_timeout="60s", steps=STEPS):
+    config = os.path.join(tmp, f"{name}-model.yaml")
+    with open(config, "w") as f:
+        f.write(CONFIG.format(train=TRAIN_DIR, val=VAL_DIR, steps=steps))
+    spec = os.path.join(tmp, f"{name}.yaml")
+    with open(spec, "w") as f:
+        f.write(SPEC.format(name=name, config=config, nodes=nodes,
+                            min_nodes=min_nodes or nodes, ckpt=os.path.join(tmp, name, "ckpt"),
+                            progress_timeout=progress_timeout))
+    return spec
+
+
+def step_lines(cluster, job, attempt):
+    """{step: the exact loss text} and {step: val_loss text} rank 0 printed in `attempt`."""
+    losses, vals = {}, {}
+    try:
+        records = cluster.logs(job, 0, attempt)
     except AssertionError:  # the rank has not started yet: no log
         return losses, vals
     for record in records:
@@ -102,7 +70,7 @@ try : records = cluster.logs(job, 0, attempt)
             continue
         j = json.loads(line)
         if "step" in j and "loss" in j:
-#the text, not the float : a resume must match bit for bit
+            # the text, not the float: a resume must match bit for bit
             losses[j["step"]] = line.split('"loss":')[1].split(",")[0]
             if "val_loss" in j:
                 vals[j["step"]] = line.split('"val_loss":')[1].split(",")[0].rstrip("}")
@@ -117,9 +85,7 @@ def first_step_ts(cluster, job, attempt):
 
 
 def iso_to_s(ts):
-    from datetime import datetime
-    return datetime.strptime(ts, "%Y-%m-%dT%H:%M:%S.%fZ").replace(
-        tzinfo=__import__("datetime").timezone.utc).timestamp()
+    return datetime.strptime(ts, "%Y-%m-%dT%H:%M:%S.%fZ").replace(tzinfo=timezone.utc).timestamp()
 
 
 class RecoveryTest(unittest.TestCase):
@@ -203,7 +169,7 @@ class RecoveryTest(unittest.TestCase):
 
     def test_a_lost_node_is_marked_down_and_the_job_shrinks(self):
         with Cluster() as cluster:
-#Two nodes out of service leave exactly two for a job of 1 to 2 nodes.
+            # Two nodes out of service leave exactly two for a job of 1 to 2 nodes.
             for name in ("local-2", "local-3"):
                 r = cluster.kiln("cordon", name, "--reason", "test: out of service")
                 self.assertEqual(r.returncode, 0, r.stderr)
@@ -218,8 +184,8 @@ class RecoveryTest(unittest.TestCase):
             faults = wait_until(lambda: self.fault_events(cluster, job), 30, "the node's fault")
             self.assertIn(faults[0]["cause"], ("node_lost", "rank_exit"))
             down = wait_until(
-                lambda: [n for n in cluster.node_list() if n["name"] == node and n["state"] == "down"],
-                30, f"{node} to be down")
+                lambda: [n for n in cluster.node_list()
+                         if n["name"] == node and n["state"] == "down"], 30, f"{node} to be down")
             self.assertIn("no report", down[0]["reason"])
             final = cluster.wait_state(job, ["succeeded", "failed"], 300)
             self.assertEqual(final["state"], "succeeded", final)
@@ -229,7 +195,7 @@ class RecoveryTest(unittest.TestCase):
 
     def test_repeated_faults_cordon_a_node_and_uncordon_readmits_it(self):
         with Cluster(extra=("--cordon-after", "2")) as cluster:
-#Only local - 0 and local - 1 take work, so both attempts run on them.
+            # Only local-0 and local-1 take work, so both attempts run on them.
             for name in ("local-2", "local-3"):
                 self.assertEqual(cluster.kiln("cordon", name, "--reason", "test").returncode, 0)
             job = cluster.submit(write_job(self.tmp.name, "twice", steps=40))
