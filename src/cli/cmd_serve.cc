@@ -233,6 +233,7 @@ int run_serve(ServeFlags flags, const GlobalOptions& globals) {
   options.node_timeout_ms = flags.node_timeout_ms;
   options.cordon_faults = flags.cordon_faults;
   options.cordon_window_ms = flags.cordon_window_s * 1000;
+  options.team_users = auth->registry.team_users();
   Result<std::unique_ptr<sched::Coordinator>> coordinator = sched::Coordinator::open(
       options, state->get(), sched::make_fifo_gang_policy(), &system_clock(), log);
   if (!coordinator.ok()) return report_error("serve", coordinator.status());

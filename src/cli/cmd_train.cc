@@ -20,6 +20,14 @@
 //
 // Output: with --json one JSON line per step and a final {"event":"done",...} line; otherwise
 // the progress line, live when stdout is a terminal. Logs go to stderr (or --log-file).
+//
+// Under a node agent (include/kiln/sched/rank_process.h), two more variables:
+//   KILN_PROGRESS_FD          a pipe's write end: one JSON line per step for the agent
+//                             (TrainerOptions::progress_fd). The rank then ignores SIGPIPE: an
+//                             agent that restarts takes its pipes' read ends with it, and the
+//                             rank must keep training rather than die at its next line.
+//   KILN_FLIGHT_RECORDER_DIR  where a failed collective (and SIGUSR1) dumps this rank's flight
+//                             recorder as flight-rank<R>.json (CommOptions::flight_recorder_dir).
 #include <kiln/base/cpu_set.h>
 #include <kiln/comm/communicator.h>
 #include <kiln/comm/store.h>
@@ -31,12 +39,16 @@
 #include <kiln/train/train_config.h>
 #include <kiln/train/trainer.h>
 
+#include <fcntl.h>
+#include <signal.h>
 #include <unistd.h>
 
+#include <charconv>
 #include <cstdlib>
 #include <iostream>
 #include <memory>
 #include <string>
+#include <string_view>
 
 #include "cli/command.h"
 #include "cli/rank_launch.h"
@@ -73,6 +85,31 @@ struct TrainFlags {
 // This process is a rank of a multi-process job when a launcher gave it an identity.
 bool launched_as_rank() {
   return std::getenv("KILN_RANK") != nullptr || std::getenv("SLURM_PROCID") != nullptr;
+}
+
+// The agent's progress pipe from KILN_PROGRESS_FD: -1 when unset or empty, else an open
+// descriptor; kInvalidArgument naming the variable for anything else.
+Result<int> progress_fd_from_env() {
+  const char* value = std::getenv("KILN_PROGRESS_FD");
+  if (value == nullptr || *value == '\0') return -1;
+  const std::string_view text(value);
+  int fd = -1;
+  const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), fd);
+  if (ec != std::errc() || end != text.data() + text.size() || fd < 0) {
+    return Status::invalid_argument("KILN_PROGRESS_FD must be a file descriptor number, not '" +
+                                    std::string(text) + "'");
+  }
+  if (fcntl(fd, F_GETFD) < 0) {
+    return Status::invalid_argument("KILN_PROGRESS_FD=" + std::string(text) + ": descriptor " +
+                                    std::to_string(fd) + " is not open");
+  }
+  return fd;
+}
+
+// KILN_FLIGHT_RECORDER_DIR, or empty.
+std::string flight_recorder_dir_from_env() {
+  const char* value = std::getenv("KILN_FLIGHT_RECORDER_DIR");
+  return value != nullptr ? std::string(value) : std::string();
 }
 
 train::TrainOverrides overrides_of(const TrainFlags& f);
@@ -119,10 +156,10 @@ train::TrainOverrides overrides_of(const TrainFlags& f) {
   return o;
 }
 
-// A rank's signals (see the top of the file): SIGUSR1 logs the flight recorder, the others
-// request a stop. Runs on the signal thread.
+// A rank's signals (see the top of the file): SIGUSR1 logs the flight recorder (and dumps it to
+// `flight_dir` when set), the others request a stop. Runs on the signal thread.
 void on_signal(int sig, const comm::Communicator* communicator, train::StopRequest* stop,
-               const Logger& log) {
+               const std::string& flight_dir, const Logger& log) {
   if (sig == SIGUSR1) {
     if (communicator == nullptr) {
       log.warn("SIGUSR1: a single process has no communicator, so no flight recorder");
@@ -130,6 +167,14 @@ void on_signal(int sig, const comm::Communicator* communicator, train::StopReque
     }
     const std::string dump = communicator->flight_recorder().dump_json("SIGUSR1");
     log.warn("flight recorder (SIGUSR1)", {{"flight_recorder", dump}});
+    if (!flight_dir.empty()) {
+      Result<std::string> path = communicator->flight_recorder().dump_to_dir(flight_dir, "SIGUSR1");
+      if (path.ok()) {
+        log.info("flight recorder dumped", {{"path", *path}});
+      } else {
+        log.warn("flight recorder dump failed", {{"error", path.status().to_string()}});
+      }
+    }
     return;
   }
   if (!stop->requested()) {
@@ -147,6 +192,16 @@ int run_rank(const TrainFlags& flags, const GlobalOptions& globals, SignalThread
   if (!config.ok()) return report_error("train", config.status());
   Status s = train::apply_overrides(overrides_of(flags), &*config);
   if (!s.ok()) return report_error("train", s);
+  Result<int> progress_fd = progress_fd_from_env();
+  if (!progress_fd.ok()) return report_error("train", progress_fd.status());
+  if (*progress_fd >= 0) {
+    // See the top of the file: outliving the agent beats dying on its closed pipes.
+    struct sigaction ignore {};
+    ignore.sa_handler = SIG_IGN;
+    sigemptyset(&ignore.sa_mask);
+    sigaction(SIGPIPE, &ignore, nullptr);
+  }
+  const std::string flight_dir = flight_recorder_dir_from_env();
 
   // A rank of a data-parallel job: its identity from the launcher, the store, a communicator.
   std::unique_ptr<comm::Store> store;
@@ -175,6 +230,7 @@ int run_rank(const TrainFlags& flags, const GlobalOptions& globals, SignalThread
       o.timeout_ms = flags.comm_timeout_ms;
       o.job_token = env.job_token;
       o.store_prefix = job.store_prefix() + "/train";
+      o.flight_recorder_dir = flight_dir;
       Result<CpuSet> cpus = CpuSet::of_this_thread();
       log.info("joining the job",
                {{"job_id", job.id},
@@ -189,10 +245,12 @@ int run_rank(const TrainFlags& flags, const GlobalOptions& globals, SignalThread
   }
 
   // Signals that came while the job was forming waited, blocked; they are handled from here.
-  // The handler uses the communicator, the logger and `stop`: the guard joins the signal thread
-  // before any of them goes.
+  // The handler uses the communicator, the logger, `stop` and `flight_dir`: the guard joins the
+  // signal thread before any of them goes.
   train::StopRequest stop;
-  signals->start([&stop, &log, c = communicator.get()](int sig) { on_signal(sig, c, &stop, log); });
+  signals->start([&stop, &log, &flight_dir, c = communicator.get()](int sig) {
+    on_signal(sig, c, &stop, flight_dir, log);
+  });
   struct JoinSignalThread {
     SignalThread* thread;
     ~JoinSignalThread() { thread->stop(); }
@@ -226,6 +284,7 @@ int run_rank(const TrainFlags& flags, const GlobalOptions& globals, SignalThread
   options.ckpt_keep = flags.ckpt_keep;
   options.stop_after_step = flags.stop_after_step;
   options.stop = &stop;
+  options.progress_fd = *progress_fd;
   Result<train::TrainSummary> summary = train::train(*config, options, &registry, log);
   if (server) server->stop();
   if (!summary.ok()) {

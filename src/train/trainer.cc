@@ -13,13 +13,21 @@
 #include <kiln/train/model.h>
 #include <kiln/train/trainer.h>
 
+#include <fcntl.h>
+#include <signal.h>
 #include <sys/resource.h>
+#include <unistd.h>
 
 #include <array>
+#include <cerrno>
+#include <charconv>
 #include <cmath>
+#include <cstring>
 #include <limits>
 #include <optional>
 #include <ostream>
+#include <string_view>
+#include <type_traits>
 #include <vector>
 
 #include "train/data_parallel.h"
@@ -78,6 +86,104 @@ bool validates_at(const TrainHyperparams& h, int step) {
   return step == h.max_steps || (h.val_every > 0 && step % h.val_every == 0);
 }
 
+// The node agent's progress pipe (TrainerOptions::progress_fd). Each line is formatted into a
+// stack buffer and goes out in one non-blocking write: a line under PIPE_BUF is written whole or
+// not at all, so a full pipe (EAGAIN) drops it whole and the reader never sees half a line.
+class ProgressChannel {
+ public:
+  // Makes `fd` non-blocking; fd < 0 gives a channel that writes nothing.
+  static Result<ProgressChannel> open(int fd) {
+    ProgressChannel c;
+    if (fd < 0) return c;
+    const int flags = fcntl(fd, F_GETFL);
+    if (flags < 0 || fcntl(fd, F_SETFL, flags | O_NONBLOCK) != 0) {
+      return Status::invalid_argument("progress fd " + std::to_string(fd) + ": " +
+                                      std::strerror(errno));
+    }
+    c.fd_ = fd;
+    return c;
+  }
+
+  void step(const StepReport& r) {
+    if (fd_ < 0) return;
+    Line line;
+    line.text("{\"step\":");
+    line.number(r.step);
+    line.text(",\"step_ms\":");
+    line.number(r.step_ms);
+    line.text(",\"loss\":");
+    line.number(r.loss);
+    line.text(",\"tokens_per_s\":");
+    line.number(r.tokens_per_s);
+    line.text("}\n");
+    write_line(line);
+  }
+
+  void done(const TrainSummary& s) {
+    if (fd_ < 0) return;
+    Line line;
+    line.text("{\"event\":\"done\",\"steps\":");
+    line.number(s.steps);
+    line.text(s.stopped ? ",\"stopped\":true}\n" : ",\"stopped\":false}\n");
+    write_line(line);
+  }
+
+ private:
+  // A line in a fixed buffer: the fields above are 4 numbers of at most 24 characters (the
+  // longest shortest-round-trip double) and 60 bytes of keys, far under the bound.
+  class Line {
+   public:
+    void text(std::string_view s) {
+      KILN_CHECK(size_ + s.size() <= buf_.size()) << "progress line over its bound";
+      std::memcpy(buf_.data() + size_, s.data(), s.size());
+      size_ += s.size();
+    }
+    template <typename T>
+    void number(T value) {
+      if constexpr (std::is_floating_point_v<T>) {
+        if (!std::isfinite(value)) {
+          text("null");
+          return;
+        }
+      }
+      const auto [end, ec] = std::to_chars(buf_.data() + size_, buf_.data() + buf_.size(), value);
+      KILN_CHECK(ec == std::errc()) << "progress line over its bound";
+      size_ = static_cast<size_t>(end - buf_.data());
+    }
+    std::string_view view() const { return {buf_.data(), size_}; }
+
+   private:
+    std::array<char, kProgressLineBytesMax> buf_{};
+    size_t size_ = 0;
+  };
+
+  // A reader that went away must not kill the rank with SIGPIPE: the signal is blocked for the
+  // write, and one the write raised is taken before the mask is restored. EPIPE (or any error
+  // but EAGAIN) ends the channel; EAGAIN only drops this line.
+  void write_line(const Line& line) {
+    sigset_t pipe_signal, old_mask, pending;
+    sigemptyset(&pipe_signal);
+    sigaddset(&pipe_signal, SIGPIPE);
+    pthread_sigmask(SIG_BLOCK, &pipe_signal, &old_mask);
+    sigpending(&pending);
+    const bool was_pending = sigismember(&pending, SIGPIPE) == 1;
+    const std::string_view text = line.view();
+    ssize_t n = 0;
+    do {
+      n = write(fd_, text.data(), text.size());
+    } while (n < 0 && errno == EINTR);
+    const int err = errno;
+    if (n < 0 && err == EPIPE && !was_pending) {
+      const timespec now{0, 0};
+      sigtimedwait(&pipe_signal, nullptr, &now);
+    }
+    pthread_sigmask(SIG_SETMASK, &old_mask, nullptr);
+    if (n < 0 && err != EAGAIN && err != EWOULDBLOCK) fd_ = -1;
+  }
+
+  int fd_ = -1;
+};
+
 }  // namespace
 
 Result<TrainSummary> train(const TrainConfig& config, const TrainerOptions& options,
@@ -100,6 +206,8 @@ Result<TrainSummary> train(const TrainConfig& config, const TrainerOptions& opti
         "train.grad_accum 1, not " +
         std::to_string(h.grad_accum));
   }
+  KILN_ASSIGN_OR_RETURN(ProgressChannel progress_channel,
+                        ProgressChannel::open(options.progress_fd));
   Result<std::unique_ptr<ThreadPool>> pool_owner = ThreadPool::create(h.threads);
   if (!pool_owner.ok()) return pool_owner.status().with_context("train.threads");
   ThreadPool& pool = **pool_owner;
@@ -358,6 +466,7 @@ Result<TrainSummary> train(const TrainConfig& config, const TrainerOptions& opti
       *out << format_step_json(r, json_line) << '\n';
       out->flush();
     }
+    progress_channel.step(r);
     const int64_t now_ns = monotonic_now_ns();
     const double eta_s = static_cast<double>(now_ns - loop_start_ns) * 1e-9 / (step - start_step) *
                          (last_step - step);
@@ -403,6 +512,7 @@ Result<TrainSummary> train(const TrainConfig& config, const TrainerOptions& opti
     *out << format_done_json(summary) << '\n';
     out->flush();
   }
+  progress_channel.done(summary);
   return summary;
 }
 

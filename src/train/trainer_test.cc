@@ -1,5 +1,6 @@
 // Tests of the trainer on the real SOTU shards with small GPT-2s: bit-identical losses for a
-// seed, falling losses, validation, the debug dump's contents, export, metrics and JSON output.
+// seed, falling losses, validation, the debug dump's contents, export, metrics and JSON output,
+// and the progress pipe a node agent reads (full, closed, not open).
 #include <kiln/ckpt/catalog.h>
 #include <kiln/ckpt/safetensors.h>
 #include <kiln/obs/metrics.h>
@@ -9,11 +10,17 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
 #include <cmath>
 #include <cstring>
 #include <filesystem>
 #include <sstream>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "base/testing/temp_path.h"
@@ -385,6 +392,110 @@ TEST_F(TrainerTest, MissingDataNamesTheKeyAndDirectory) {
   ASSERT_FALSE(s.ok());
   EXPECT_NE(s.status().message().find("data.train"), std::string::npos) << s.status().message();
   EXPECT_NE(s.status().message().find(config.data.train), std::string::npos);
+}
+
+// Everything in the pipe's read end now (it is non-blocking: the test never waits on it).
+std::string drain_pipe(int fd) {
+  std::string got;
+  char buf[4096];
+  for (;;) {
+    const ssize_t n = read(fd, buf, sizeof buf);
+    if (n <= 0) return got;
+    got.append(buf, static_cast<size_t>(n));
+  }
+}
+
+struct Pipe {
+  int read_end = -1, write_end = -1;
+  Pipe() {
+    int fds[2];
+    EXPECT_EQ(pipe2(fds, O_CLOEXEC | O_NONBLOCK), 0);
+    read_end = fds[0];
+    write_end = fds[1];
+  }
+  ~Pipe() {
+    if (read_end >= 0) close(read_end);
+    if (write_end >= 0) close(write_end);
+  }
+};
+
+TEST_F(TrainerTest, TheProgressFdGetsOneJsonLinePerStepAndADoneLine) {
+  Pipe pipe;
+  TrainerOptions options = quiet_options();
+  options.progress_fd = pipe.write_end;
+  TrainSummary summary;
+  const std::vector<StepReport> reports = run(small_config(3), options, nullptr, &summary);
+  ASSERT_EQ(reports.size(), 3u);
+  std::istringstream lines(drain_pipe(pipe.read_end));
+  std::vector<nlohmann::json> got;
+  for (std::string line; std::getline(lines, line);) {
+    EXPECT_LT(line.size() + 1, kProgressLineBytesMax) << line;
+    got.push_back(nlohmann::json::parse(line));
+  }
+  ASSERT_EQ(got.size(), 4u);
+  for (size_t i = 0; i < 3; ++i) {
+    const nlohmann::json& j = got[i];
+    EXPECT_EQ(j.size(), 4u) << j.dump();
+    EXPECT_EQ(j["step"], reports[i].step);
+    EXPECT_FLOAT_EQ(static_cast<float>(j["loss"].get<double>()), reports[i].loss);
+    EXPECT_DOUBLE_EQ(j["step_ms"].get<double>(), reports[i].step_ms);
+    EXPECT_DOUBLE_EQ(j["tokens_per_s"].get<double>(), reports[i].tokens_per_s);
+  }
+  EXPECT_EQ(got[3], nlohmann::json::parse(R"({"event":"done","steps":3,"stopped":false})"));
+  EXPECT_NE(fcntl(pipe.write_end, F_GETFD), -1) << "the descriptor is still open, the caller's";
+}
+
+TEST_F(TrainerTest, AFullProgressPipeDropsLinesAndNeverBlocksTraining) {
+  Pipe pipe;
+  // Fill the pipe: nobody reads it while the run goes on.
+  const std::string filler(4096, 'x');
+  size_t filled = 0;
+  for (ssize_t n = 0; (n = write(pipe.write_end, filler.data(), filler.size())) > 0;)
+    filled += static_cast<size_t>(n);
+  ASSERT_GT(filled, 0u);
+  // The trainer must make the descriptor non-blocking itself: hand it over blocking.
+  ASSERT_EQ(fcntl(pipe.write_end, F_SETFL, 0), 0);
+  // A watchdog that empties the pipe if training is stuck on it, so a regression fails here
+  // instead of hanging the binary.
+  std::atomic<bool> finished{false}, rescued{false};
+  std::thread watchdog([&] {
+    for (int i = 0; i < 600 && !finished.load(); ++i)
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    if (!finished.load()) {
+      rescued = true;
+      drain_pipe(pipe.read_end);
+    }
+  });
+  TrainerOptions options = quiet_options();
+  options.progress_fd = pipe.write_end;
+  const std::vector<StepReport> reports = run(small_config(2), options);
+  finished = true;
+  watchdog.join();
+  EXPECT_FALSE(rescued.load()) << "training blocked on the full progress pipe";
+  EXPECT_EQ(reports.size(), 2u);
+  EXPECT_NE(fcntl(pipe.write_end, F_GETFL) & O_NONBLOCK, 0);
+  // Only the filler is in the pipe: the lines were dropped whole, not written in part.
+  const std::string in_pipe = drain_pipe(pipe.read_end);
+  EXPECT_EQ(in_pipe.size(), filled);
+  EXPECT_EQ(in_pipe.find_first_not_of('x'), std::string::npos);
+}
+
+TEST_F(TrainerTest, AProgressReaderThatWentAwayDoesNotStopTraining) {
+  Pipe pipe;
+  close(pipe.read_end);
+  pipe.read_end = -1;
+  TrainerOptions options = quiet_options();
+  options.progress_fd = pipe.write_end;
+  // With SIGPIPE at its default action this process would die at the first line.
+  EXPECT_EQ(run(small_config(2), options).size(), 2u);
+}
+
+TEST_F(TrainerTest, AProgressFdThatIsNotOpenIsRefused) {
+  TrainerOptions options = quiet_options();
+  options.progress_fd = 1'000'000;
+  Result<TrainSummary> s = train(small_config(1), options, nullptr, Logger());
+  ASSERT_TRUE(s.status().is_invalid_argument()) << s.status().to_string();
+  EXPECT_NE(s.status().message().find("progress fd 1000000"), std::string::npos);
 }
 
 TEST_F(TrainerTest, ExportInitialWeightsIsTheSeedsInit) {

@@ -53,6 +53,11 @@ def api(cluster, method, path, token, body=None):
         return e.code, e.read().decode()
 
 
+def pwd_uid(name):
+    import pwd
+    return pwd.getpwnam(name).pw_uid
+
+
 def sha(text):
     return hashlib.sha256(text.encode()).hexdigest()
 
@@ -155,6 +160,57 @@ class CoordinatorTest(unittest.TestCase):
                                 a[3].startswith("refused") for a in audit), audit)
             self.assertTrue(any(a[1] == "cordon" and a[0].startswith("ops") and
                                 a[3].startswith("ok") for a in audit), audit)
+
+    def test_one_teams_ranks_cannot_read_another_teams_checkpoints(self):
+        # Two teams whose ranks run as two different Unix users Debian always has.
+        users = {"alice": "daemon", "bob": "nobody"}
+        tokens = {"alice": "alice-token-1", "bob": "bob-token-2"}
+        node_token = "node-token-3"
+        lines = ["tokens:"]
+        for name, token in tokens.items():
+            lines.append(f"  {name}: {{team: {name}-team, sha256: {sha(token)}}}")
+        lines.append(f"node_token_sha256: {sha(node_token)}")
+        lines.append("team_users:")
+        for name, user in users.items():
+            lines.append(f"  {name}-team: {user}")
+        auth = write(self.tmp.name, "auth.yaml", "\n".join(lines) + "\n")
+        node_file = write(self.tmp.name, "node.token", node_token + "\n")
+        work = os.path.join(self.tmp.name, "work")
+        os.makedirs(work)
+        os.chmod(self.tmp.name, 0o755)
+        os.chmod(work, 0o777)
+        ckpt_a = os.path.join(work, "ckpt-a")
+        job_a = write(work, "a.yaml", f"""name: writer
+command: [/bin/sh, -c, 'id -un; echo weights > "$KILN_CHECKPOINT_DIR/step_1"']
+nodes: 1
+checkpoint: {{dir: {ckpt_a}}}
+max_restarts: 0
+""")
+        job_b = write(work, "b.yaml", f"""name: reader
+command: [/bin/sh, -c, 'id -un; cat {ckpt_a}/step_1']
+nodes: 1
+max_restarts: 0
+""")
+        with Cluster(extra=("--auth-file", auth, "--node-token-file", node_file),
+                     token=tokens["alice"]) as cluster:
+            a = json.loads(cluster.kiln("submit", job_a, "--json", cwd=work).stdout)["id"]
+            self.assertEqual(cluster.wait_state(a, ["succeeded", "failed"], 60)["state"],
+                             "succeeded")
+            lines_a = [r["line"] for r in cluster.logs(a, 0)]
+            self.assertEqual(lines_a[0], "daemon")
+            st = os.stat(ckpt_a)
+            self.assertEqual(st.st_uid, pwd_uid("daemon"))
+            self.assertEqual(st.st_mode & 0o777, 0o700)
+            r = cluster.kiln("submit", job_b, "--json", cwd=work, token=tokens["bob"])
+            b = json.loads(r.stdout)["id"]
+            self.assertEqual(cluster.kiln("status", a, token=tokens["bob"]).returncode, 2)
+            cluster.token = tokens["bob"]  # the harness's calls from here are bob's
+            final = cluster.wait_state(b, ["succeeded", "failed"], 60)
+            self.assertEqual(final["state"], "failed")
+            out = [r["line"] for r in
+                   cluster.kiln_json("logs", b, "--rank", "0", token=tokens["bob"])]
+            self.assertEqual(out[0], "nobody")
+            self.assertTrue(any("Permission denied" in line for line in out), out)
 
     def test_a_secret_env_value_appears_nowhere(self):
         with Cluster() as cluster:

@@ -51,6 +51,7 @@ class TokenRegistry {
   bool is_node_token(std::string_view token) const;
   // The Unix user a team's ranks run as; empty: the agent's own user.
   std::string unix_user_of(const std::string& team) const;
+  const std::map<std::string, std::string>& team_users() const { return team_users_; }
 
   // The file's text for these entries (what `kiln serve` writes for its local default).
   static std::string render(const std::vector<TokenEntry>& tokens, const std::string& node_sha256,

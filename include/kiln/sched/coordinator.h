@@ -116,6 +116,9 @@ struct RankAssignment {
   std::string cwd;
   std::string team;
   std::string user;  // the Unix user to run as; empty: the agent's own
+  // The job's checkpoint directory (also in KILN_CHECKPOINT_DIR); the agent makes it, owned by
+  // `user` with mode 0700 when there is one, so no other team's ranks can read it.
+  std::string checkpoint_dir;
 };
 
 struct AgentAnswer {

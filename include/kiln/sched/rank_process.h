@@ -66,6 +66,10 @@ namespace kiln::sched {
 // The descriptor a rank finds its progress pipe on, and the variable that tells it so.
 inline constexpr int kRankProgressFd = 3;
 inline constexpr const char* kProgressFdVariable = "KILN_PROGRESS_FD";
+// A rank's "stopped on request, resumable" exit status: launch::kExitStoppedResumable
+// (include/kiln/launch/rank_env.h), repeated here so this library needs no kiln_launch for it;
+// rank_process_test.cc checks the two agree.
+inline constexpr int kExitStoppedResumable = 75;
 // The most a rank may hold at once (start() refuses more): far above any node's accelerators,
 // and a bound on the supervisor's descriptors and buffers.
 inline constexpr size_t kRanksMaxLimit = 4096;
@@ -98,7 +102,8 @@ struct RankExitInfo {
   int64_t runtime_ms = 0;         // from start() to the reap, on the supervisor's clock
 
   // "rank 1 (pid 42) exited with code 3", "rank 1 (pid 42) was killed by signal 9 (SIGKILL)",
-  // with " after a stop request" when stopped_by_agent and " (stopped, resumable)" for 75.
+  // with " after a stop request" when stopped_by_agent and " (stopped, resumable)" for
+  // kExitStoppedResumable.
   std::string describe() const;
 };
 

@@ -17,6 +17,9 @@
 // - Deterministic: the same config (seed, threads included) gives bit-identical losses.
 // - All compute runs on one ThreadPool of `train.threads` threads (ops::Context).
 //
+// Progress channel (TrainerOptions::progress_fd): a JSON line per step for the node agent that
+// started the rank; see the option.
+//
 // Output, to `TrainerOptions::out` when set:
 // - json: one line per step {"step","loss","lr","grad_norm","tokens_per_s","step_ms","mfu",
 //   "world","comm_exposed_ms","ckpt_stall_ms"} plus "val_loss" on steps that validate, then
@@ -42,6 +45,7 @@
 #define KILN_TRAIN_TRAINER_H_
 
 #include <atomic>
+#include <cstddef>
 #include <cstdint>
 #include <functional>
 #include <iosfwd>
@@ -106,7 +110,19 @@ struct TrainerOptions {
   int stop_after_step = 0;
   // Stop requests (null: none can be made); must outlive train().
   const StopRequest* stop = nullptr;
+
+  // A node agent's progress pipe (-1: none). Every rank, not only rank 0, writes one line per
+  // optimizer step, {"step":N,"step_ms":X,"loss":Y,"tokens_per_s":Z} (loss: the mean over ranks),
+  // and {"event":"done","steps":N,"stopped":B} after the last; each at most kProgressLineBytesMax
+  // bytes with its newline. train() makes the descriptor non-blocking: a line the pipe has no
+  // room for (nobody reading) is dropped whole, and a reader that went away ends the channel
+  // (no SIGPIPE), so training never waits on it. Formatted on the stack: no allocation per step.
+  // The descriptor stays the caller's (not closed). kInvalidArgument when it is not open.
+  int progress_fd = -1;
 };
+
+// A progress line's bound: well under PIPE_BUF (4096), so each write to a pipe is all or nothing.
+inline constexpr size_t kProgressLineBytesMax = 512;
 
 // `debug_dump_dir` (the input of the golden parity test): before step 1
 // DIR/weights0.safetensors holds the initial weights in the export format; at the end

@@ -188,6 +188,17 @@ struct JoinedAgent::Impl {
         }
       }
     }
+    if (s.ok() && !a.checkpoint_dir.empty()) {
+      s = make_dir(a.checkpoint_dir).with_context("checkpoint directory");
+      // The team's user alone may enter it: another team's ranks cannot read its checkpoints.
+      if (s.ok() && spawn.uid) {
+        if (chown(a.checkpoint_dir.c_str(), *spawn.uid, *spawn.gid) != 0) {
+          s = os_error(a.checkpoint_dir, "chown", errno);
+        } else if (chmod(a.checkpoint_dir.c_str(), 0700) != 0) {
+          s = os_error(a.checkpoint_dir, "chmod", errno);
+        }
+      }
+    }
     if (s.ok()) {
       Result<pid_t> pid = supervisor->start(key, spawn);
       if (pid.ok()) {

@@ -360,7 +360,8 @@ json to_json(const AgentAnswer& answer) {
                      {"env", a.env},
                      {"cwd", a.cwd},
                      {"team", a.team},
-                     {"user", a.user}});
+                     {"user", a.user},
+                     {"checkpoint_dir", a.checkpoint_dir}});
   }
   return {{"heartbeat_interval_ms", answer.heartbeat_interval_ms},
           {"cordoned", answer.cordoned},
@@ -392,6 +393,7 @@ Result<AgentAnswer> agent_answer_from_json(const json& j) {
     a.cwd = field_or<std::string>(r, "cwd", "");
     a.team = field_or<std::string>(r, "team", "");
     a.user = field_or<std::string>(r, "user", "");
+    a.checkpoint_dir = field_or<std::string>(r, "checkpoint_dir", "");
     out.ranks.push_back(std::move(a));
   }
   return out;

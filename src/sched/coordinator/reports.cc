@@ -226,6 +226,8 @@ AgentAnswer Coordinator::Impl::answer_for(const std::string& node_name) {
         if (user != options.team_users.end()) a.user = user->second;
         for (const EnvVar& v : job.spec.env)
           a.env[v.name] = v.value;
+        a.checkpoint_dir = job.spec.checkpoint_dir;
+        if (!a.checkpoint_dir.empty()) a.env["KILN_CHECKPOINT_DIR"] = a.checkpoint_dir;
         launch::RankEnv contract;
         contract.identity.rank = a.rank;
         contract.identity.world_size = world;

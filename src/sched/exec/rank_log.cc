@@ -299,8 +299,17 @@ Result<RankLogChunk> read_rank_log(const std::string& path, int64_t offset, size
         offset = old->header.start_offset;
       }
       KILN_ASSIGN_OR_RETURN(offset, read_records(*old, old_path, offset, &budget, &chunk));
+      // The bytes left after the last newline were all read (they fit in what is left of the
+      // budget) when `left <= budget`: then they are a record torn by a crash or a full disk.
+      // The old file never grows, so waiting for the rest would stall the reader for good; they
+      // are counted as lost instead.
+      const int64_t left = old->end_offset() - offset;
+      if (left > 0 && static_cast<uint64_t>(left) <= budget) {
+        chunk.skipped_bytes += left;
+        offset = old->end_offset();
+      }
       if (offset < old->end_offset()) {
-        chunk.next_offset = offset;  // the budget ran out (or a record is still being written)
+        chunk.next_offset = offset;  // the budget ran out
         return chunk;
       }
     }

@@ -176,6 +176,33 @@ TEST(RankLogTest, AReopenedLogContinuesItsOffsets) {
   EXPECT_EQ(nlohmann::json::parse(c.lines[1])["line"], "after");
 }
 
+TEST(RankLogTest, ATornRecordAtTheEndOfTheOldFileDoesNotStallAReader) {
+  // Written by hand: an old file whose last record was cut short (a crash, a full disk) and the
+  // current file that starts where the old one ends.
+  const std::string path = fresh_path("rank.log");
+  const std::string torn = "{\"ts\":\"to";
+  const int64_t torn_size = static_cast<int64_t>(torn.size());
+  const std::string old_text =
+      "{\"kiln_rank_log\":1,\"rank\":0,\"start_offset\":0}\n{\"line\":\"a\"}\n" + torn;
+  const int64_t old_size = static_cast<int64_t>(old_text.size());
+  const std::string cur_text =
+      "{\"kiln_rank_log\":1,\"rank\":0,\"start_offset\":" + std::to_string(old_size) +
+      "}\n{\"line\":\"b\"}\n";
+  std::ofstream(path + ".1") << old_text;
+  std::ofstream(path) << cur_text;
+  const int64_t end = old_size + static_cast<int64_t>(cur_text.size());
+
+  const RankLogChunk all = read_all(path, 0);
+  EXPECT_EQ(all.lines, (std::vector<std::string>{"{\"line\":\"a\"}", "{\"line\":\"b\"}"}));
+  EXPECT_EQ(all.skipped_bytes, torn_size) << "the torn bytes, counted as lost";
+  EXPECT_EQ(all.next_offset, end);
+  // From the torn record itself the reader moves on too, instead of waiting for it forever.
+  const RankLogChunk from_torn = read_all(path, old_size - torn_size);
+  EXPECT_EQ(from_torn.lines, std::vector<std::string>{"{\"line\":\"b\"}"});
+  EXPECT_EQ(from_torn.skipped_bytes, torn_size);
+  EXPECT_EQ(from_torn.next_offset, end);
+}
+
 TEST(RankLogTest, ErrorsNameThePath) {
   const std::string path = fresh_path("rank.log");
   Result<RankLogChunk> missing = read_rank_log(path, 0, 1 << 20);

@@ -450,7 +450,7 @@ std::string RankExitInfo::describe() const {
   std::string s = rank_prefix(rank) + " (pid " + std::to_string(pid) + ")";
   if (exited) {
     s += " exited with code " + std::to_string(code);
-    if (code == 75) s += " (stopped, resumable)";
+    if (code == kExitStoppedResumable) s += " (stopped, resumable)";
   } else if (code < 0) {
     s += " ended, its status unknown (reaped by someone else)";
   } else {
@@ -632,6 +632,7 @@ void RankSupervisor::Impl::drain_and_reap(RankState* r, std::vector<RankExitInfo
     rc = r->pidfd.valid() ? waitid(P_PIDFD, static_cast<id_t>(r->pidfd.get()), &info, WEXITED)
                           : waitid(P_PID, static_cast<id_t>(r->pid), &info, WEXITED);
   } while (rc != 0 && errno == EINTR);
+  const int wait_errno = rc != 0 ? errno : 0;
   RankExitInfo& e = r->exit;
   e.key = r->key;
   e.rank = r->rank;
@@ -643,7 +644,7 @@ void RankSupervisor::Impl::drain_and_reap(RankState* r, std::vector<RankExitInfo
     e.exited = false;
     e.code = -1;
     warn("a rank was reaped elsewhere; its exit status is unknown",
-         {{"key", r->key}, {"pid", r->pid}, {"error", std::strerror(errno)}});
+         {{"key", r->key}, {"pid", r->pid}, {"error", std::strerror(wait_errno)}});
   } else {
     e.exited = info.si_code == CLD_EXITED;
     e.code = info.si_status;

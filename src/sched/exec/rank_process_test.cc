@@ -3,6 +3,7 @@
 // SIGTERM and with SIGKILL after the grace, the rank's whole process group included; the progress
 // pipe; running as another user; checks before anything starts; what the child starts with
 // (signals, descriptors, environment, process group); 64 ranks without a descriptor leak.
+#include <kiln/launch/rank_env.h>
 #include <kiln/sched/rank_log.h>
 #include <kiln/sched/rank_process.h>
 
@@ -272,7 +273,8 @@ TEST_F(RankProcessTest, StopSendsSigtermAndAResumableExitIsReported) {
   const std::optional<RankExitInfo> e = exits_.wait("k");
   ASSERT_TRUE(e.has_value());
   EXPECT_TRUE(e->exited);
-  EXPECT_EQ(e->code, 75);
+  static_assert(kExitStoppedResumable == launch::kExitStoppedResumable);
+  EXPECT_EQ(e->code, kExitStoppedResumable);
   EXPECT_TRUE(e->stopped_by_agent);
   EXPECT_LT(e->runtime_ms, 3'000) << "it stopped on SIGTERM, well before the grace ran out";
   EXPECT_NE(e->describe().find("(stopped, resumable) after a stop request"), std::string::npos)
