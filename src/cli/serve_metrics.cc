@@ -18,7 +18,7 @@ class StateCollector final : public prometheus::Collectable {
     for (const char* state :
          {"queued", "admitted", "placed", "running", "stopping", "restarting"}) {
       prometheus::ClientMetric m;
-      m.label = {{"name", "state"}, {"value", state}};
+      m.label = {prometheus::ClientMetric::Label{"state", state}};
       auto it = f.jobs_by_state.find(state);
       m.gauge.value = it == f.jobs_by_state.end() ? 0 : it->second;
       jobs.metric.push_back(m);
@@ -27,7 +27,7 @@ class StateCollector final : public prometheus::Collectable {
         "kiln_nodes", "Nodes by state", prometheus::MetricType::Gauge, {}};
     for (const char* state : {"ready", "suspect", "cordoned", "down"}) {
       prometheus::ClientMetric m;
-      m.label = {{"name", "state"}, {"value", state}};
+      m.label = {prometheus::ClientMetric::Label{"state", state}};
       auto it = f.nodes_by_state.find(state);
       m.gauge.value = it == f.nodes_by_state.end() ? 0 : it->second;
       nodes.metric.push_back(m);
@@ -39,7 +39,7 @@ class StateCollector final : public prometheus::Collectable {
         {}};
     for (const auto& [id, value] : f.goodput_by_job) {
       prometheus::ClientMetric m;
-      m.label = {{"name", "job"}, {"value", id}};
+      m.label = {prometheus::ClientMetric::Label{"job", id}};
       m.gauge.value = value;
       goodput.metric.push_back(m);
     }

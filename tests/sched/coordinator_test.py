@@ -72,6 +72,13 @@ class CoordinatorTest(unittest.TestCase):
             long_job = cluster.submit(write(self.tmp.name, "long.yaml", SLEEPER.format(
                 name="long", seconds=12, nodes=2, secret=SECRET)))
             cluster.wait_state(long_job, "running", 30)
+            with urllib.request.urlopen(cluster.url + "/metrics", timeout=10) as r:
+                metrics = r.read().decode()
+            self.assertIn('kiln_jobs{state="running"} 1', metrics)
+            self.assertIn('kiln_nodes{state="ready"} 4', metrics)
+            self.assertIn("kiln_job_submit_to_running_seconds_count 1", metrics)
+            self.assertIn('kiln_job_faults_total{cause="rank_exit"} 0', metrics)
+            self.assertIn("kiln_fault_recovery_seconds_bucket", metrics)
             events_before = cluster.events(long_job)
             nodes_before = {n["name"]: n["state"] for n in cluster.node_list()}
             # A submit whose 201 arrived, then the kill at once.
