@@ -2,6 +2,8 @@
 // /healthz and /facts. With --json it prints one JSON line when serving and one when stopping.
 // With --join URL it is also a node of that coordinator: it owns the ranks the coordinator
 // assigns to this node (kiln/sched/node_agent.h).
+#include <sys/resource.h>
+
 #include <kiln/base/clock.h>
 #include <kiln/preflight/agent.h>
 #include <kiln/sched/node_agent.h>
@@ -91,6 +93,12 @@ int run_agent(const AgentFlags& flags, const GlobalOptions& globals) {
   if (!agent.ok()) return report_error("agent", agent.status());
   std::unique_ptr<sched::JoinedAgent> joined;
   if (!flags.join.empty()) {
+    // Each rank holds 5 descriptors (3 pipes, its pidfd, its log): take what the hard limit allows.
+    rlimit files{};
+    if (getrlimit(RLIMIT_NOFILE, &files) == 0 && files.rlim_cur < files.rlim_max) {
+      files.rlim_cur = files.rlim_max;
+      (void)setrlimit(RLIMIT_NOFILE, &files);
+    }
     sched::JoinOptions join;
     join.coordinator_url = flags.join;
     Result<std::string> token = read_node_token(flags.node_token_file);

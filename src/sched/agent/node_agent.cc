@@ -5,6 +5,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cerrno>
 #include <condition_variable>
@@ -338,8 +339,10 @@ struct JoinedAgent::Impl {
       return out;
     }
     const std::string path = attempt_dir(job, attempt) + "/rank-" + std::to_string(rank) + ".log";
-    Result<RankLogChunk> chunk =
-        read_rank_log(path, offset, std::min<size_t>(static_cast<size_t>(bytes), kLogReadBytesMax));
+    // At least one whole record fits in any read (read_rank_log requires it), at most 1 MiB.
+    const size_t budget =
+        std::clamp<size_t>(static_cast<size_t>(bytes), kRankLogRecordBytesMax, kLogReadBytesMax);
+    Result<RankLogChunk> chunk = read_rank_log(path, offset, budget);
     if (!chunk.ok()) {
       out.status = chunk.status().is_not_found() ? 404 : 500;
       out.body =
