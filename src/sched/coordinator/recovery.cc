@@ -279,6 +279,17 @@ Status Coordinator::Impl::relax_suspects() {
 }
 
 Status Coordinator::Impl::schedule() {
+  // Most calls find nothing waiting: answer before building a snapshot of every node.
+  const int64_t now = wall();
+  bool any_waiting = false;
+  for (const auto& [id, job] : jobs) {
+    const JobState st = state_of(job);
+    if (st == JobState::kQueued || (st == JobState::kRestarting && job.not_before_ns <= now)) {
+      any_waiting = true;
+      break;
+    }
+  }
+  if (!any_waiting) return Status();
   Snapshot snapshot;
   std::map<std::string, size_t> index;
   for (const auto& [name, node] : nodes) {
@@ -291,7 +302,6 @@ Status Coordinator::Impl::schedule() {
     index[name] = snapshot.nodes.size();
     snapshot.nodes.push_back(std::move(v));
   }
-  const int64_t now = wall();
   for (const auto& [id, job] : jobs) {
     const JobState st = state_of(job);
     if (has_processes(st)) {

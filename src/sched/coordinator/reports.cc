@@ -166,9 +166,10 @@ Status Coordinator::Impl::take_report(const AgentReport& report, bool* changed) 
     if (it == jobs.end()) break;
   }
   // placed -> running once every rank runs; placed/running -> succeeded once every rank ended 0.
+  // Only the jobs this report spoke of can have moved.
   std::vector<std::string> ids;
-  for (const auto& [id, job] : jobs)
-    ids.push_back(id);
+  for (const RankReport& r : report.ranks)
+    if (ids.empty() || ids.back() != r.job_id) ids.push_back(r.job_id);
   for (const std::string& id : ids) {
     auto it = jobs.find(id);
     if (it == jobs.end()) continue;
