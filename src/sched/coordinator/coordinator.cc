@@ -127,15 +127,11 @@ Result<JobRecord> Coordinator::submit(const Caller& caller, JobSpec spec,
     return Status::unavailable("the coordinator holds " + std::to_string(s.jobs.size()) +
                                " unfinished jobs, its limit; retry when some have ended");
   }
-  int schedulable = 0;
-  for (const auto& [name, node] : s.nodes)
-    if (node.state != "cordoned") ++schedulable;
   if (spec.effective_min_nodes() > static_cast<int>(s.nodes.size())) {
     return Status::invalid_argument(
         "job '" + spec.name + "' needs " + std::to_string(spec.effective_min_nodes()) +
         " node(s) but the cluster has " + std::to_string(s.nodes.size()));
   }
-  (void)schedulable;
   if (workdir.empty() || workdir[0] != '/') {
     return Status::invalid_argument("the job's working directory must be an absolute path, not '" +
                                     workdir + "'");
@@ -204,8 +200,8 @@ Result<std::vector<JobStatus>> Coordinator::jobs(const Caller& caller) {
 
 Result<std::vector<EventRecord>> Coordinator::events(const Caller& caller, const std::string& id,
                                                      int64_t after_seq, size_t limit) {
-  KILN_ASSIGN_OR_RETURN(JobStatus st, job(caller, id));
-  (void)st;
+  // The job's visibility decides (another team's job is not found).
+  KILN_RETURN_IF_ERROR(job(caller, id).status());
   return impl_->store->events_for_job(id, after_seq, limit);
 }
 

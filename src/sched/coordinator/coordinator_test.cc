@@ -1,6 +1,6 @@
 // The coordinator's state machines without processes: agents are played by the test (reports in,
 // answers out), time by a FakeClock, state by a real SQLite file. What the process-level tests
-// (tests/sched/) show with real ranks, these pin down case by case and without sleeping.
+// (tests/coordinator/) show with real ranks, these pin down case by case and without sleeping.
 #include <kiln/sched/coordinator.h>
 
 #include <gtest/gtest.h>

@@ -136,12 +136,10 @@ Status Coordinator::Impl::detect_timeouts() {
       auto it = jobs.find(id);
       if (it == jobs.end()) continue;
       JobRecord job = it->second;
-      const JobRuntime& rt = runtime_of(job);
       const int per_node = std::max(job.spec.ranks_per_node, 1);
       int rank = -1;
       for (size_t i = 0; i < job.nodes.size() && rank < 0; ++i)
         if (job.nodes[i] == name) rank = static_cast<int>(i) * per_node;
-      (void)rt;
       KILN_RETURN_IF_ERROR(
           fault(&job, FaultCause::kNodeLost, rank, name, "node " + name + " lost: " + why));
     }
