@@ -17,6 +17,8 @@ kiln_library(NAME sched
 
 kiln_tests(NAME sched
   SOURCES
+    coordinator/api_test.cc
+    coordinator/auth_test.cc
     coordinator/coordinator_test.cc
     core/states_test.cc
     policy/fifo_gang_test.cc
