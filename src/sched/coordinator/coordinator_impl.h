@@ -22,6 +22,10 @@
 
 namespace kiln::sched {
 
+// How long a rank's own error exit waits for a peer's report that may explain it (the peer's
+// death reaches the coordinator through another agent, usually within milliseconds).
+inline constexpr int64_t kCulpritSettleMs = 1000;
+
 // One rank of a job's current attempt, as the agents last reported it.
 struct RankRuntime {
   bool reported = false;  // an agent has mentioned it in this coordinator's lifetime
@@ -45,6 +49,9 @@ struct JobRuntime {
   int64_t fault_mono_ns = 0;
   bool awaiting_recovery = false;  // set at a fault; cleared at the next attempt's first step
   std::string waiting;             // why the policy left it waiting
+  // A rank's own error exit waiting (kCulpritSettleMs) for a peer's report that may explain it.
+  int64_t pending_exit_mono_ns = 0;
+  RankReport pending_exit;
   // Nodes its faults were blamed on: the policy places the next attempt elsewhere if it can.
   std::vector<std::string> avoid;
   int64_t rank0_step = -1;  // for goodput: steps past the job's newest are productive
@@ -76,6 +83,9 @@ struct Coordinator::Impl {
   AgentAnswer answer_for(const std::string& node);
   Status take_report(const AgentReport& report, bool* changed);
   Status register_node(const AgentReport& report, bool* changed);
+
+  bool other_culprit_known(const JobRuntime& rt, int rank) const;
+  Status fault_from_exit(JobRecord* job, JobRuntime& rt, const RankReport& r);
 
   // recovery.cc
   Status detect_timeouts();

@@ -235,6 +235,10 @@ TEST_F(CoordinatorTest, AProgramErrorDoesNotMakeItsNodeSuspectAndTheBudgetEndsIn
         report(name, {r});
       }
     }
+    // No peer's report explains the exits: after the settle time they are the program's.
+    coordinator_->tick();
+    EXPECT_EQ(job(id).state, "running");
+    clock_.advance_ns(1100 * kMs);
     coordinator_->tick();
   }
   JobRecord j = job(id);
@@ -243,6 +247,36 @@ TEST_F(CoordinatorTest, AProgramErrorDoesNotMakeItsNodeSuspectAndTheBudgetEndsIn
   EXPECT_EQ(last_event(id, "fault").detail["blame"], "job");
   for (const NodeRecord& n : nodes())
     EXPECT_EQ(n.state, "ready") << n.name;
+}
+
+TEST_F(CoordinatorTest, AnErrorExitWaitsForThePeerDeathThatExplainsIt) {
+  const std::string id = submit(spec());
+  auto assigned = run_all(3);
+  // Rank 0's collective failed and it exited 1 with no flight dump; rank 1's SIGKILL is reported
+  // a moment later through its own agent. The culprit is rank 1 and its node, not rank 0.
+  RankReport r0 = running(assigned["local-0"][0], 3);
+  r0.running = false;
+  r0.exited = true;
+  r0.code = 1;
+  report("local-0", {r0});
+  EXPECT_EQ(job(id).state, "running");  // waiting for an explanation
+  clock_.advance_ns(200 * kMs);
+  RankReport r1 = running(assigned["local-1"][0], 3);
+  r1.running = false;
+  r1.exited = false;
+  r1.code = 9;
+  report("local-1", {r1});
+  EventRecord fault = last_event(id, "fault");
+  EXPECT_EQ(fault.detail["rank"], 1);
+  EXPECT_EQ(fault.detail["node"], "local-1");
+  EXPECT_EQ(fault.detail["blame"], "node");
+  EXPECT_EQ(job(id).state, "restarting");  // both ranks have ended: the stop is over at once
+  clock_.advance_ns(2000 * kMs);
+  coordinator_->tick();  // the settled exit does not fault a second time
+  int faults = 0;
+  for (const std::string& t : event_types(id))
+    faults += t == "fault";
+  EXPECT_EQ(faults, 1);
 }
 
 TEST_F(CoordinatorTest, AStalledStepCounterIsAHangBlamingTheStoppedRank) {

@@ -144,6 +144,21 @@ Status Coordinator::Impl::detect_timeouts() {
           fault(&job, FaultCause::kNodeLost, rank, name, "node " + name + " lost: " + why));
     }
   }
+  // Error exits that no peer's report explained within the settle time: the program's fault.
+  for (auto& [id, rt] : runtime) {
+    if (rt.pending_exit_mono_ns == 0 ||
+        now - rt.pending_exit_mono_ns < kCulpritSettleMs * kNsPerMs) {
+      continue;
+    }
+    auto it = jobs.find(id);
+    if (it == jobs.end() || rt.attempt != it->second.attempt) {
+      rt.pending_exit_mono_ns = 0;
+      continue;
+    }
+    JobRecord job = it->second;
+    const RankReport pending = rt.pending_exit;
+    KILN_RETURN_IF_ERROR(fault_from_exit(&job, rt, pending));
+  }
   // Hung and never-started ranks.
   std::vector<std::string> ids;
   for (const auto& [id, job] : jobs)

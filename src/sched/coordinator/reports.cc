@@ -85,6 +85,59 @@ Status Coordinator::Impl::register_node(const AgentReport& report, bool* changed
   return Status();
 }
 
+// Another rank of the attempt already explains a failure: it was killed by a signal nobody in
+// Kiln sent, or the kernel has it stopped.
+bool Coordinator::Impl::other_culprit_known(const JobRuntime& rt, int rank) const {
+  for (size_t i = 0; i < rt.ranks.size(); ++i) {
+    if (static_cast<int>(i) == rank) continue;
+    const RankRuntime& other = rt.ranks[i];
+    if ((other.ended && !other.end.exited && !other.end.stopped_by_agent) ||
+        (!other.ended && other.proc_state == 'T')) {
+      return true;
+    }
+  }
+  return false;
+}
+
+// The fault of a rank that ended badly, with its culprit. Blame: a rank killed by a signal
+// nobody in Kiln sent is its own culprit; a rank whose collective failed names the peer its
+// flight recorder blames; else a rank killed by a foreign signal or stopped by the kernel is;
+// else the rank itself, and then the program, not its node, is at fault.
+Status Coordinator::Impl::fault_from_exit(JobRecord* job, JobRuntime& rt, const RankReport& r) {
+  int culprit = r.rank;
+  std::string why;
+  if (r.exited && r.culprit_rank >= 0 && static_cast<size_t>(r.culprit_rank) < rt.ranks.size()) {
+    culprit = r.culprit_rank;
+    why = "its flight recorder blames rank " + std::to_string(culprit);
+  } else if (r.exited) {
+    for (size_t i = 0; i < rt.ranks.size(); ++i) {
+      const RankRuntime& other = rt.ranks[i];
+      if (other.ended && !other.end.exited && !other.end.stopped_by_agent) {
+        culprit = static_cast<int>(i);
+        why = "rank " + std::to_string(culprit) + " was killed by signal " +
+              std::to_string(other.end.code);
+        break;
+      }
+      if (!other.ended && other.proc_state == 'T') {
+        culprit = static_cast<int>(i);
+        why = "rank " + std::to_string(culprit) + " is stopped (SIGSTOP)";
+        break;
+      }
+    }
+  }
+  rt.pending_exit_mono_ns = 0;
+  const size_t node_index = static_cast<size_t>(culprit / std::max(job->spec.ranks_per_node, 1));
+  const std::string culprit_node = node_index < job->nodes.size() ? job->nodes[node_index] : "";
+  samples.detection_s.push_back(static_cast<double>(r.ended_age_ms) / 1e3);
+  std::string message = r.start_error.empty() ? r.describe : r.start_error;
+  if (!why.empty()) message += "; " + why;
+  // A rank that exited with an error of its own, blaming nobody else, says nothing against its
+  // machine (a bad config exits 2 on any node); signals, hangs and lost nodes do.
+  const bool program_error = r.exited && culprit == r.rank && r.start_error.empty();
+  return fault(job, r.start_error.empty() ? FaultCause::kRankExit : FaultCause::kStartFailed,
+               culprit, culprit_node, message, !program_error);
+}
+
 Status Coordinator::Impl::take_report(const AgentReport& report, bool* changed) {
   KILN_RETURN_IF_ERROR(register_node(report, changed));
   const int64_t now = mono();
@@ -132,35 +185,19 @@ Status Coordinator::Impl::take_report(const AgentReport& report, bool* changed) 
     rank.ok = clean || (stopped && st == JobState::kStopping);
     *changed = true;
     if (rank.ok || st == JobState::kStopping) continue;
-    // A fault. Blame: a rank killed by a signal nobody in Kiln sent is its own culprit; a rank
-    // whose collective failed names the peer its flight recorder blames; else a rank the kernel
-    // has stopped (SIGSTOP) is; else the reporting rank.
-    int culprit = r.rank;
-    if (r.exited && r.culprit_rank >= 0 && static_cast<size_t>(r.culprit_rank) < rt.ranks.size()) {
-      culprit = r.culprit_rank;
-    } else if (r.exited) {
-      for (size_t i = 0; i < rt.ranks.size(); ++i) {
-        const RankRuntime& other = rt.ranks[i];
-        if ((other.ended && !other.end.exited && !other.end.stopped_by_agent) ||
-            (!other.ended && other.proc_state == 'T')) {
-          culprit = static_cast<int>(i);
-          break;
-        }
+    // A rank that exited with an error of its own, naming no peer, may be the echo of a peer's
+    // death whose report is still on its way (a collective fails within milliseconds of its peer
+    // dying, on another node, through another agent): wait up to kCulpritSettleMs for it before
+    // blaming the program.
+    const bool names_peer = r.exited && r.culprit_rank >= 0 && r.culprit_rank != r.rank;
+    if (r.exited && !names_peer && r.start_error.empty() && !other_culprit_known(rt, r.rank)) {
+      if (rt.pending_exit_mono_ns == 0) {
+        rt.pending_exit_mono_ns = now;
+        rt.pending_exit = r;
       }
+      continue;
     }
-    const size_t node_index = static_cast<size_t>(culprit / std::max(job.spec.ranks_per_node, 1));
-    const std::string culprit_node = node_index < job.nodes.size() ? job.nodes[node_index] : "";
-    samples.detection_s.push_back(static_cast<double>(r.ended_age_ms) / 1e3);
-    std::string message = r.start_error.empty() ? r.describe : r.start_error;
-    if (culprit != r.rank) {
-      message += "; its flight recorder blames rank " + std::to_string(culprit);
-    }
-    // A rank that exited with an error of its own, blaming nobody else, says nothing against
-    // its machine (a bad config exits 2 on any node); signals, hangs and lost nodes do.
-    const bool program_error = r.exited && culprit == r.rank && r.start_error.empty();
-    KILN_RETURN_IF_ERROR(
-        fault(&job, r.start_error.empty() ? FaultCause::kRankExit : FaultCause::kStartFailed,
-              culprit, culprit_node, message, !program_error));
+    KILN_RETURN_IF_ERROR(fault_from_exit(&job, rt, r));
     // fault() may have replaced the map entry; look the job up again before going on.
     it = jobs.find(r.job_id);
     if (it == jobs.end()) break;
