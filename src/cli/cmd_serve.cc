@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <charconv>
 #include <csignal>
 #include <fstream>
 #include <iostream>
@@ -58,6 +59,15 @@ struct ServeFlags {
   int connections_max = 16384;
   bool json = false;
 };
+
+// A pid from the state's settings; 0 (no process) when the text is not one.
+pid_t parse_pid(const std::string& text) {
+  int64_t v = 0;
+  const auto [ptr, ec] = std::from_chars(text.data(), text.data() + text.size(), v);
+  return ec == std::errc() && ptr == text.data() + text.size() && v > 0 && v < (1 << 30)
+             ? static_cast<pid_t>(v)
+             : 0;
+}
 
 Status write_private(const std::string& path, const std::string& text) {
   const int fd = open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
@@ -125,8 +135,7 @@ Result<std::string> ensure_store(const ServeFlags& flags, sched::StateStore* sta
   const std::string kiln = self_executable();
   KILN_ASSIGN_OR_RETURN(std::optional<std::string> pid_text, state->get_setting("store_pid"));
   KILN_ASSIGN_OR_RETURN(std::optional<std::string> address, state->get_setting("store_address"));
-  if (pid_text && address &&
-      sched::daemon_alive(static_cast<pid_t>(std::stol(*pid_text)), {"store", token_path})) {
+  if (pid_text && address && sched::daemon_alive(parse_pid(*pid_text), {"store", token_path})) {
     log.info("adopted the store daemon", {{"pid", *pid_text}, {"address", *address}});
     return *address;
   }
@@ -160,7 +169,7 @@ Result<std::vector<pid_t>> ensure_local_agents(const ServeFlags& flags, sched::S
     const std::string key = "agent_pid/" + name;
     KILN_ASSIGN_OR_RETURN(std::optional<std::string> pid_text, state->get_setting(key));
     if (pid_text) {
-      const pid_t pid = static_cast<pid_t>(std::stol(*pid_text));
+      const pid_t pid = parse_pid(*pid_text);
       if (sched::daemon_alive(pid, {"agent", "--join", dir})) {
         log.info("adopted a local agent", {{"node", name}, {"pid", pid}});
         pids.push_back(pid);
@@ -218,7 +227,12 @@ int run_serve(ServeFlags flags, const GlobalOptions& globals) {
 
   if (flags.port < 0) {
     Result<std::optional<std::string>> previous = (*state)->get_setting("port");
-    flags.port = previous.ok() && *previous ? std::stoi(**previous) : kDefaultPort;
+    int previous_port = 0;
+    if (previous.ok() && *previous) {
+      const std::string& text = **previous;
+      std::from_chars(text.data(), text.data() + text.size(), previous_port);
+    }
+    flags.port = previous_port > 0 && previous_port < 65536 ? previous_port : kDefaultPort;
   }
   const std::string store_token_path = flags.state_dir + "/store.token";
   Result<std::string> store_token = token_file(store_token_path);
@@ -304,9 +318,13 @@ int run_serve(ServeFlags flags, const GlobalOptions& globals) {
   server.stop();
   // An orderly stop takes the embedded cluster down with it; SIGKILL would have left it running.
   for (pid_t pid : *agents)
-    if (sched::daemon_alive(pid, {"agent"})) kill(pid, SIGTERM);
+    if (sched::daemon_alive(pid, {"agent", "--join"})) kill(pid, SIGTERM);
   Result<std::optional<std::string>> store_pid = (*state)->get_setting("store_pid");
-  if (store_pid.ok() && *store_pid) kill(static_cast<pid_t>(std::stol(**store_pid)), SIGTERM);
+  if (store_pid.ok() && *store_pid) {
+    const pid_t pid = parse_pid(**store_pid);
+    // Only our store: a pid the kernel gave to someone else since is left alone.
+    if (sched::daemon_alive(pid, {"store", store_token_path})) kill(pid, SIGTERM);
+  }
   log.info("coordinator stopped", {{"signal", signal_number}});
   return kExitOk;
 }

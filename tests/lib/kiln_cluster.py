@@ -118,7 +118,7 @@ class Cluster:
         finally:
             # Whatever is left (a coordinator killed with SIGKILL leaves its daemons): the agents
             # first (SIGTERM stops their ranks), then SIGKILL for anything still there.
-            pids = [p for p in self.daemon_pids() if pid_alive(p)]
+            pids = [p for p in self.daemon_pids() if pid_alive(p) and is_kiln(p)]
             for p in pids:
                 os.kill(p, signal.SIGTERM)
             deadline = time.monotonic() + 15
