@@ -86,6 +86,11 @@ int run_agent(const AgentFlags& flags, const GlobalOptions& globals) {
   }
   if (flags.metrics_port >= 0) options.http.port = flags.metrics_port;
   if (!flags.metrics_bind.empty()) options.http.bind_address = flags.metrics_bind;
+  Result<std::map<std::string, std::string>> labels = parse_labels(flags.labels);
+  if (!labels.ok()) return report_error("agent", labels.status());
+  // --labels name the node's failure domains for the coordinator and for its metrics alike.
+  for (const auto& [key, value] : *labels)
+    options.labels[key] = value;
 
   obs::MetricsRegistry registry;
   Result<std::unique_ptr<preflight::NodeAgent>> agent =
@@ -105,8 +110,6 @@ int run_agent(const AgentFlags& flags, const GlobalOptions& globals) {
     if (!token.ok()) return report_error("agent", token.status());
     join.node_token = *token;
     join.node_name = flags.node_name;
-    Result<std::map<std::string, std::string>> labels = parse_labels(flags.labels);
-    if (!labels.ok()) return report_error("agent", labels.status());
     join.labels = *labels;
     join.slots = flags.slots;
     join.work_dir = flags.work_dir;

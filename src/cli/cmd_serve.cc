@@ -57,6 +57,8 @@ struct ServeFlags {
   int cordon_faults = 3;
   int64_t cordon_window_s = 600;
   int connections_max = 16384;
+  std::string tls_cert;
+  std::string tls_key;
   bool json = false;
 };
 
@@ -145,7 +147,8 @@ Result<std::string> ensure_store(const ServeFlags& flags, sched::StateStore* sta
       pid_t pid,
       sched::spawn_detached({{kiln, "--log-file", flags.state_dir + "/store.log", "store", "--port",
                               "0", "--bind", "127.0.0.1", "--token-file", token_path, "--json"},
-                             out}));
+                             out,
+                             {}}));
   KILN_ASSIGN_OR_RETURN(std::string line, sched::wait_for_json_line(out, "port", kDaemonStartMs));
   const std::string addr =
       "127.0.0.1:" + std::to_string(nlohmann::json::parse(line)["port"].get<int>());
@@ -160,6 +163,9 @@ Result<std::vector<pid_t>> ensure_local_agents(const ServeFlags& flags, sched::S
                                                const std::string& url, Logger& log) {
   const std::string node_token_path =
       flags.node_token_file.empty() ? flags.state_dir + "/node.token" : flags.node_token_file;
+  // Over TLS the agents trust the coordinator's certificate (its own CA for a self-signed one).
+  std::vector<std::pair<std::string, std::string>> agent_env;
+  if (!flags.tls_cert.empty()) agent_env.emplace_back("KILN_CA_CERT", flags.tls_cert);
   std::vector<pid_t> pids;
   const std::string kiln = self_executable();
   for (int i = 0; i < flags.local_nodes; ++i) {
@@ -184,7 +190,8 @@ Result<std::vector<pid_t>> ensure_local_agents(const ServeFlags& flags, sched::S
                                 "--node-name", name, "--rank-address", "127.0.0.1", "--labels",
                                 labels, "--slots", std::to_string(flags.slots_per_node),
                                 "--work-dir", dir, "--node-token-file", node_token_path},
-                               dir + "/agent.out"}));
+                               dir + "/agent.out",
+                               agent_env}));
     KILN_RETURN_IF_ERROR(state->put_setting(key, std::to_string(pid)));
     log.info("started a local agent", {{"node", name}, {"pid", pid}, {"labels", labels}});
     pids.push_back(pid);
@@ -222,6 +229,13 @@ int run_serve(ServeFlags flags, const GlobalOptions& globals) {
   Result<std::unique_ptr<sched::StateStore>> state =
       sched::StateStore::open(flags.state_dir + "/kiln.db", &*box);
   if (!state.ok()) return report_error("serve", state.status());
+  if (flags.tls_cert.empty() != flags.tls_key.empty()) {
+    return report_error("serve", Status::invalid_argument("--tls-cert and --tls-key go together"));
+  }
+  for (std::string* path : {&flags.tls_cert, &flags.tls_key}) {
+    char resolved[4096];
+    if (!path->empty() && realpath(path->c_str(), resolved) != nullptr) *path = resolved;
+  }
   Result<Auth> auth = load_auth(flags);
   if (!auth.ok()) return report_error("serve", auth.status());
 
@@ -261,6 +275,8 @@ int run_serve(ServeFlags flags, const GlobalOptions& globals) {
   http.threads = 8;
   http.connections_max = flags.connections_max;
   http.idle_timeout_ms = 30000;
+  http.tls_cert_path = flags.tls_cert;
+  http.tls_key_path = flags.tls_key;
   obs::HttpServer server(http);
   obs::add_metrics_routes(&server, &registry, nullptr);
   sched::ApiContext api;
@@ -272,13 +288,14 @@ int run_serve(ServeFlags flags, const GlobalOptions& globals) {
   sched::add_api_routes(&server, api);
   s = server.start();
   if (!s.ok()) return report_error("serve", s.with_context("--port"));
-  const std::string url = "http://" + flags.bind + ":" + std::to_string(server.port());
+  const std::string url = std::string(flags.tls_cert.empty() ? "http" : "https") + "://" +
+                          flags.bind + ":" + std::to_string(server.port());
   (void)(*state)->put_setting("port", std::to_string(server.port()));
 
   Result<std::vector<pid_t>> agents = ensure_local_agents(flags, state->get(), url, log);
   if (!agents.ok()) return report_error("serve", agents.status());
   if (!auth->admin_token_path.empty()) {
-    Status written = write_client_discovery(url, auth->admin_token_path);
+    Status written = write_client_discovery(url, auth->admin_token_path, flags.tls_cert);
     if (!written.ok())
       log.warn("client discovery file not written", {{"error", written.to_string()}});
   }
@@ -364,6 +381,11 @@ Command add_serve_command(CLI::App& parent) {
   app->add_option("--connections-max", flags->connections_max, "open API connections at most")
       ->capture_default_str()
       ->check(CLI::Range(16, 1 << 20));
+  app->add_option("--tls-cert", flags->tls_cert,
+                  "serve the API over TLS with this certificate (PEM)")
+      ->check(CLI::ExistingFile);
+  app->add_option("--tls-key", flags->tls_key, "the certificate's private key (PEM)")
+      ->check(CLI::ExistingFile);
   app->add_flag("--json", flags->json, "print the serving line as JSON");
   return {app, [flags](const GlobalOptions& globals) { return run_serve(*flags, globals); }};
 }

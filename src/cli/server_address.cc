@@ -40,10 +40,12 @@ std::string default_state_dir() {
   return home() + "/.kiln/serve";
 }
 
-Status write_client_discovery(const std::string& url, const std::string& token_path) {
+Status write_client_discovery(const std::string& url, const std::string& token_path,
+                              const std::string& ca_cert) {
   KILN_RETURN_IF_ERROR(make_dirs_durably(posix_file_system(), home() + "/.kiln"));
   const std::string text =
-      nlohmann::json{{"server", url}, {"token_file", token_path}}.dump() + "\n";
+      nlohmann::json{{"server", url}, {"token_file", token_path}, {"ca_cert", ca_cert}}.dump() +
+      "\n";
   const ByteSpan span{text.data(), text.size()};
   Result<DurableWriteResult> w = write_file_durably(posix_file_system(), discovery_path(),
                                                     std::span<const ByteSpan>(&span, 1));
@@ -82,7 +84,11 @@ Result<ServerTarget> resolve_server(const std::string& server_flag,
     KILN_ASSIGN_OR_RETURN(out.token, first_line(discovered["token_file"].get<std::string>(),
                                                 "the token file of " + discovery_path() + ":"));
   }
-  if (const char* ca = std::getenv("KILN_CA_CERT"); ca != nullptr) out.ca_cert = ca;
+  if (const char* ca = std::getenv("KILN_CA_CERT"); ca != nullptr && *ca != '\0') {
+    out.ca_cert = ca;
+  } else if (discovered.contains("ca_cert") && discovered["ca_cert"].is_string()) {
+    out.ca_cert = discovered["ca_cert"].get<std::string>();
+  }
   return out;
 }
 

@@ -2,7 +2,8 @@
 //
 // The server: --server, else $KILN_SERVER, else the discovery file a local `kiln serve` wrote
 // (~/.kiln/server.json: {"server": URL, "token_file": PATH}). The token: $KILN_TOKEN, else the
-// file --token-file or $KILN_TOKEN_FILE names, else the discovery file's token_file. So a client
+// file --token-file or $KILN_TOKEN_FILE names, else the discovery file's token_file. For https,
+// the CA certificate: $KILN_CA_CERT, else the discovery file's ca_cert. So a client
 // on the same host as a default `kiln serve` needs no flags at all.
 #ifndef KILN_CLI_SERVER_ADDRESS_H_
 #define KILN_CLI_SERVER_ADDRESS_H_
@@ -14,7 +15,9 @@
 namespace kiln::cli {
 
 std::string default_state_dir();  // ~/.kiln/serve
-Status write_client_discovery(const std::string& url, const std::string& token_path);
+// `ca_cert`: the certificate clients should trust for an https `url` (empty: the system's).
+Status write_client_discovery(const std::string& url, const std::string& token_path,
+                              const std::string& ca_cert = "");
 
 struct ServerTarget {
   std::string url;

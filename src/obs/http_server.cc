@@ -33,6 +33,8 @@
 #include <unistd.h>
 
 #include <httplib.h>
+#include <openssl/err.h>
+#include <openssl/ssl.h>
 
 #include <algorithm>
 #include <cctype>
@@ -172,8 +174,23 @@ std::string canned(int status, std::string_view reason) {
 
 enum class ConnState { kReading, kProcessing, kWriting };
 
+struct SslFree {
+  void operator()(SSL* ssl) const { SSL_free(ssl); }
+};
+
+std::string ssl_error_text() {
+  const unsigned long e = ERR_get_error();
+  char buf[256];
+  ERR_error_string_n(e, buf, sizeof(buf));
+  return e == 0 ? std::string("unknown error") : std::string(buf);
+}
+
 struct Connection {
   int fd = -1;
+  // TLS connections only: the session, and whether its handshake is done. The loop feeds it
+  // the socket's readiness; plaintext goes to `in` and comes from `out` as for plain ones.
+  std::unique_ptr<SSL, SslFree> ssl;
+  bool handshaken = false;
   std::string peer_ip;
   int peer_port = 0;
   std::string local_ip;
@@ -208,6 +225,7 @@ struct Completion {
 
 struct HttpServer::Impl {
   HttpServerOptions options;
+  SSL_CTX* tls = nullptr;  // owned; set when the options name a certificate
   Processor processor;
   int port = -1;
   bool started = false;
@@ -236,6 +254,8 @@ struct HttpServer::Impl {
 
   void accept_all();
   void on_readable(Connection& c);
+  void on_tls_readable(Connection& c);
+  Status load_tls();
   void on_writable(Connection& c);
   void frame_and_dispatch(Connection& c);
   void start_writing(Connection& c, std::string out, bool close_after);
@@ -328,26 +348,90 @@ void HttpServer::Impl::accept_all() {
       return;  // EAGAIN, or a connection that died in the backlog
     }
     if (connections.size() >= static_cast<size_t>(options.connections_max)) {
-      // Best effort on a fresh socket, whose send buffer is empty.
-      const std::string busy = canned(503, "Service Unavailable");
-      [[maybe_unused]] ssize_t n = ::send(fd, busy.data(), busy.size(), MSG_NOSIGNAL);
+      // Best effort on a fresh socket, whose send buffer is empty (a TLS client would not
+      // understand a plaintext answer: it is just closed).
+      if (tls == nullptr) {
+        const std::string busy = canned(503, "Service Unavailable");
+        [[maybe_unused]] ssize_t n = ::send(fd, busy.data(), busy.size(), MSG_NOSIGNAL);
+      }
       ::close(fd);
       continue;
     }
     Connection c;
     c.fd = fd;
+    if (tls != nullptr) {
+      c.ssl.reset(SSL_new(tls));
+      if (!c.ssl || SSL_set_fd(c.ssl.get(), fd) != 1) {
+        ::close(fd);
+        continue;
+      }
+      SSL_set_accept_state(c.ssl.get());
+    }
     address_of(peer, c.peer_ip, c.peer_port);
     sockaddr_storage local{};
     socklen_t local_len = sizeof(local);
     getsockname(fd, reinterpret_cast<sockaddr*>(&local), &local_len);
     address_of(local, c.local_ip, c.local_port);
-    c.deadline_ms = now_ms() + options.idle_timeout_ms;
+    // A TLS handshake is part of the first request: it must finish within the request timeout.
+    c.request_started = c.ssl != nullptr;
+    c.deadline_ms = now_ms() + (c.ssl ? options.request_timeout_ms : options.idle_timeout_ms);
     connections.emplace(fd, std::move(c));
     watch(fd, EPOLLIN | EPOLLRDHUP, /*add=*/true);
   }
 }
 
+void HttpServer::Impl::on_tls_readable(Connection& c) {
+  if (!c.handshaken) {
+    ERR_clear_error();
+    const int rc = SSL_do_handshake(c.ssl.get());
+    if (rc != 1) {
+      const int e = SSL_get_error(c.ssl.get(), rc);
+      if (e == SSL_ERROR_WANT_READ) {
+        watch(c.fd, EPOLLIN | EPOLLRDHUP, /*add=*/false);
+        return;
+      }
+      if (e == SSL_ERROR_WANT_WRITE) {
+        watch(c.fd, EPOLLIN | EPOLLOUT | EPOLLRDHUP, /*add=*/false);
+        return;
+      }
+      close_connection(c.fd);  // not TLS, a bad certificate, a reset: nothing to answer
+      return;
+    }
+    c.handshaken = true;
+    c.request_started = false;
+    c.deadline_ms = now_ms() + options.idle_timeout_ms;
+    watch(c.fd, EPOLLIN | EPOLLRDHUP, /*add=*/false);
+  }
+  const size_t cap = kHeaderBytesMax + options.body_bytes_max;
+  char buf[kReadChunkBytes];
+  bool got = false;
+  while (c.in.size() < cap) {
+    const size_t want = std::min(sizeof(buf), cap - c.in.size());
+    ERR_clear_error();
+    const int n = SSL_read(c.ssl.get(), buf, static_cast<int>(want));
+    if (n > 0) {
+      c.in.append(buf, static_cast<size_t>(n));
+      got = true;
+      continue;
+    }
+    const int e = SSL_get_error(c.ssl.get(), n);
+    if (e == SSL_ERROR_WANT_READ || e == SSL_ERROR_WANT_WRITE) break;
+    close_connection(c.fd);  // closed by the peer (or broken): a partial request goes with it
+    return;
+  }
+  if (!got) return;
+  if (!c.request_started) {
+    c.request_started = true;
+    c.deadline_ms = now_ms() + options.request_timeout_ms;
+  }
+  frame_and_dispatch(c);
+}
+
 void HttpServer::Impl::on_readable(Connection& c) {
+  if (c.ssl) {
+    on_tls_readable(c);
+    return;
+  }
   // Never hold more than one request's worth: the head limit plus the body limit.
   const size_t cap = kHeaderBytesMax + options.body_bytes_max;
   char buf[kReadChunkBytes];
@@ -421,6 +505,20 @@ void HttpServer::Impl::start_writing(Connection& c, std::string out, bool close_
 }
 
 void HttpServer::Impl::on_writable(Connection& c) {
+  while (c.ssl && c.out_offset < c.out.size()) {
+    ERR_clear_error();
+    const size_t left = c.out.size() - c.out_offset;
+    const int n = SSL_write(c.ssl.get(), c.out.data() + c.out_offset,
+                            static_cast<int>(std::min<size_t>(left, 1 << 30)));
+    if (n > 0) {
+      c.out_offset += static_cast<size_t>(n);
+      continue;
+    }
+    const int e = SSL_get_error(c.ssl.get(), n);
+    if (e == SSL_ERROR_WANT_WRITE || e == SSL_ERROR_WANT_READ) return;
+    close_connection(c.fd);
+    return;
+  }
   while (c.out_offset < c.out.size()) {
     const ssize_t n =
         ::send(c.fd, c.out.data() + c.out_offset, c.out.size() - c.out_offset, MSG_NOSIGNAL);
@@ -431,6 +529,11 @@ void HttpServer::Impl::on_writable(Connection& c) {
       return;
     }
     c.out_offset += static_cast<size_t>(n);
+  }
+  if (c.close_after_write && c.ssl) {
+    SSL_shutdown(c.ssl.get());  // best effort: the close_notify, without waiting for the peer's
+    close_connection(c.fd);
+    return;
   }
   if (c.close_after_write) {
     // Closing with unread bytes (a body over the limit) makes the kernel send RST, which can
@@ -446,8 +549,13 @@ void HttpServer::Impl::on_writable(Connection& c) {
   c.deadline_ms =
       now_ms() + (c.request_started ? options.request_timeout_ms : options.idle_timeout_ms);
   watch(c.fd, EPOLLIN | EPOLLRDHUP, /*add=*/false);
-  // A pipelined request may already be here in full.
-  if (c.request_started) frame_and_dispatch(c);
+  // A pipelined request may already be here in full, or (TLS) decrypted inside the session,
+  // where no socket event will announce it.
+  if (c.ssl && SSL_pending(c.ssl.get()) > 0) {
+    on_tls_readable(c);
+  } else if (c.request_started) {
+    frame_and_dispatch(c);
+  }
 }
 
 void HttpServer::Impl::take_completions() {
@@ -470,7 +578,7 @@ void HttpServer::Impl::expire(int64_t now) {
   }
   for (int fd : late) {
     Connection& c = connections.at(fd);
-    if (c.state == ConnState::kReading && c.request_started) {
+    if (c.state == ConnState::kReading && c.request_started && !c.ssl) {
       // A request that did not arrive in time; a best-effort answer on an idle socket.
       const std::string timeout = canned(408, "Request Timeout");
       [[maybe_unused]] ssize_t n = ::send(fd, timeout.data(), timeout.size(), MSG_NOSIGNAL);
@@ -508,7 +616,10 @@ void HttpServer::Impl::loop() {
       if (it == connections.end()) continue;
       Connection& c = it->second;
       const uint32_t ev = events[i].events;
-      if (c.state == ConnState::kReading && (ev & (EPOLLIN | EPOLLRDHUP | EPOLLHUP | EPOLLERR))) {
+      // A TLS handshake may wait for the socket to take its bytes (EPOLLOUT while reading).
+      const uint32_t readable =
+          EPOLLIN | EPOLLRDHUP | EPOLLHUP | EPOLLERR | (c.ssl && !c.handshaken ? EPOLLOUT : 0u);
+      if (c.state == ConnState::kReading && (ev & readable)) {
         on_readable(c);
       } else if (c.state == ConnState::kWriting && (ev & (EPOLLOUT | EPOLLHUP | EPOLLERR))) {
         if (ev & (EPOLLHUP | EPOLLERR)) {
@@ -651,12 +762,48 @@ std::string HttpRequest::param(const std::string& name) const {
   return it == params.end() ? std::string() : it->second;
 }
 
+Status HttpServer::Impl::load_tls() {
+  const std::string& cert = options.tls_cert_path;
+  const std::string& key = options.tls_key_path;
+  if (cert.empty() && key.empty()) return Status();
+  if (cert.empty() || key.empty()) {
+    return Status::invalid_argument("http server: TLS needs both a certificate and its key");
+  }
+  SSL_CTX* ctx = SSL_CTX_new(TLS_server_method());
+  if (ctx == nullptr) return Status::io_error("http server: SSL_CTX_new: " + ssl_error_text());
+  SSL_CTX_set_min_proto_version(ctx, TLS1_2_VERSION);
+  // Writes resume from the same buffer after WANT_WRITE, and a partial write is progress.
+  SSL_CTX_set_mode(ctx, SSL_MODE_ENABLE_PARTIAL_WRITE | SSL_MODE_ACCEPT_MOVING_WRITE_BUFFER);
+  ERR_clear_error();
+  Status s;
+  if (SSL_CTX_use_certificate_chain_file(ctx, cert.c_str()) != 1) {
+    s = Status::io_error("http server: TLS certificate " + cert + ": " + ssl_error_text());
+  } else if (SSL_CTX_use_PrivateKey_file(ctx, key.c_str(), SSL_FILETYPE_PEM) != 1) {
+    s = Status::io_error("http server: TLS key " + key + ": " + ssl_error_text());
+  } else if (SSL_CTX_check_private_key(ctx) != 1) {
+    s = Status::invalid_argument("http server: TLS key " + key + " does not match certificate " +
+                                 cert);
+  }
+  if (!s.ok()) {
+    SSL_CTX_free(ctx);
+    return s;
+  }
+  tls = ctx;
+  return Status();
+}
+
 Status HttpServer::start() {
   KILN_CHECK(!impl_->started) << "HttpServer::Start called twice";
   Impl& s = *impl_;
   const std::string where = s.options.bind_address + ":" + std::to_string(s.options.port);
+  Status tls = s.load_tls();
+  if (!tls.ok()) return tls;
   Status bound = s.bind_and_listen();
-  if (!bound.ok()) return bound;
+  if (!bound.ok()) {
+    if (s.tls != nullptr) SSL_CTX_free(s.tls);
+    s.tls = nullptr;
+    return bound;
+  }
   s.epoll_fd = epoll_create1(EPOLL_CLOEXEC);
   s.wake_fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
   if (s.epoll_fd < 0 || s.wake_fd < 0) {
@@ -707,6 +854,8 @@ void HttpServer::stop() {
   }
   s.jobs.clear();
   s.completions.clear();
+  if (s.tls != nullptr) SSL_CTX_free(s.tls);
+  s.tls = nullptr;
   s.stopping = false;
   s.accepting = true;
   s.started = false;

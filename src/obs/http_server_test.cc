@@ -1,5 +1,11 @@
+#include <kiln/obs/http_client.h>
 #include <kiln/obs/http_server.h>
 #include <kiln/obs/metrics_endpoint.h>
+
+#include <openssl/evp.h>
+#include <openssl/pem.h>
+#include <openssl/x509.h>
+#include <openssl/x509v3.h>
 
 #include <gtest/gtest.h>
 #include <httplib.h>
@@ -12,6 +18,8 @@
 
 #include <atomic>
 #include <chrono>
+#include <cstdio>
+#include <filesystem>
 #include <stdexcept>
 #include <thread>
 #include <vector>
@@ -98,6 +106,116 @@ TEST(HttpServerTest, RoutesWithPathParametersHeadersAndMethods) {
   res = client.Post("/v1/nodes/n1/cordon", "", "text/plain");
   ASSERT_TRUE(res);
   EXPECT_NE(res->status, 204);
+}
+
+// A self-signed certificate for 127.0.0.1 (P-256), made here so the test needs no tool: the
+// PEM files of the certificate and its key in `dir`.
+struct TestCert {
+  std::string cert;
+  std::string key;
+};
+
+TestCert make_test_cert(const std::filesystem::path& dir) {
+  EVP_PKEY* key = EVP_EC_gen("P-256");
+  X509* x = X509_new();
+  X509_set_version(x, 2);
+  ASN1_INTEGER_set(X509_get_serialNumber(x), 1);
+  X509_gmtime_adj(X509_getm_notBefore(x), -60);
+  X509_gmtime_adj(X509_getm_notAfter(x), 3600);
+  X509_set_pubkey(x, key);
+  X509_NAME* name = X509_get_subject_name(x);
+  X509_NAME_add_entry_by_txt(name, "CN", MBSTRING_ASC,
+                             reinterpret_cast<const unsigned char*>("127.0.0.1"), -1, -1, 0);
+  X509_set_issuer_name(x, name);
+  X509V3_CTX ctx;
+  X509V3_set_ctx_nodb(&ctx);
+  X509V3_set_ctx(&ctx, x, x, nullptr, nullptr, 0);
+  for (const auto& [nid, value] : {std::pair{NID_subject_alt_name, "IP:127.0.0.1"},
+                                   std::pair{NID_basic_constraints, "critical,CA:TRUE"}}) {
+    X509_EXTENSION* ext = X509V3_EXT_conf_nid(nullptr, &ctx, nid, value);
+    X509_add_ext(x, ext, -1);
+    X509_EXTENSION_free(ext);
+  }
+  X509_sign(x, key, EVP_sha256());
+  TestCert out{(dir / "cert.pem").string(), (dir / "key.pem").string()};
+  FILE* f = std::fopen(out.cert.c_str(), "w");
+  PEM_write_X509(f, x);
+  std::fclose(f);
+  f = std::fopen(out.key.c_str(), "w");
+  PEM_write_PrivateKey(f, key, nullptr, nullptr, 0, nullptr, nullptr);
+  std::fclose(f);
+  X509_free(x);
+  EVP_PKEY_free(key);
+  return out;
+}
+
+TEST(HttpServerTest, ServesTlsWithItsCertificateAndStalledHandshakesHoldNoOne) {
+  const std::filesystem::path dir =
+      std::filesystem::temp_directory_path() / ("kiln-tls-test-" + std::to_string(getpid()));
+  std::filesystem::create_directories(dir);
+  const TestCert cert = make_test_cert(dir);
+  HttpServerOptions options;
+  options.tls_cert_path = cert.cert;
+  options.tls_key_path = cert.key;
+  options.request_timeout_ms = 1000;
+  HttpServer server(options);
+  server.route("POST", "/v1/echo/{x}", [](const HttpRequest& req) {
+    return HttpResponse{200, "text/plain", req.path_params.at("x") + ":" + req.body, {}};
+  });
+  ASSERT_TRUE(server.start().ok());
+  const std::string https = "https://127.0.0.1:" + std::to_string(server.port());
+
+  // Clients that connect and never start their handshake: they hold a buffer, not a worker.
+  std::vector<int> stalled;
+  for (int i = 0; i < 20; ++i) {
+    const int fd = socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in addr{};
+    addr.sin_family = AF_INET;
+    addr.sin_port = htons(static_cast<uint16_t>(server.port()));
+    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    ASSERT_EQ(connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)), 0);
+    stalled.push_back(fd);
+  }
+  HttpClientOptions o;
+  o.base_url = https;
+  o.ca_cert_path = cert.cert;
+  Result<std::unique_ptr<HttpClient>> client = HttpClient::create(o);
+  ASSERT_TRUE(client.ok());
+  for (int i = 0; i < 3; ++i) {  // keep-alive: the session carries several requests
+    Result<HttpResponse> r = (*client)->post("/v1/echo/a", std::string(100000, 'z'), "text/plain");
+    ASSERT_TRUE(r.ok()) << r.status().to_string();
+    EXPECT_EQ(r->status, 200);
+    EXPECT_EQ(r->body.size(), 100002u);
+  }
+  // Plain HTTP to a TLS port gets no answer, and a client that trusts another CA refuses it.
+  HttpClientOptions plain;
+  plain.base_url = "http://127.0.0.1:" + std::to_string(server.port());
+  plain.io_timeout_ms = 2000;
+  Result<HttpResponse> r = (*HttpClient::create(plain))->post("/v1/echo/a", "x", "text/plain");
+  EXPECT_FALSE(r.ok() && r->status == 200);
+  const std::filesystem::path other = dir / "other";
+  std::filesystem::create_directories(other);
+  HttpClientOptions wrong = o;
+  wrong.ca_cert_path = make_test_cert(other).cert;
+  r = (*HttpClient::create(wrong))->post("/v1/echo/a", "x", "text/plain");
+  EXPECT_FALSE(r.ok());
+  for (int fd : stalled)
+    close(fd);
+  server.stop();
+  std::filesystem::remove_all(dir);
+}
+
+TEST(HttpServerTest, TlsFilesThatCannotBeUsedAreNamed) {
+  HttpServerOptions options;
+  options.tls_cert_path = "/nonexistent/cert.pem";
+  options.tls_key_path = "/nonexistent/key.pem";
+  HttpServer server(options);
+  Status s = server.start();
+  ASSERT_FALSE(s.ok());
+  EXPECT_NE(s.message().find("/nonexistent/cert.pem"), std::string::npos) << s.message();
+  options.tls_key_path = "";
+  HttpServer half(options);
+  EXPECT_FALSE(half.start().ok());
 }
 
 TEST(HttpServerTest, AThrowingHandlerAnswers500AndTheServerLives) {

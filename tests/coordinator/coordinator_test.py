@@ -14,6 +14,7 @@ import hashlib
 import json
 import os
 import sqlite3
+import subprocess
 import sys
 import tempfile
 import time
@@ -23,6 +24,7 @@ import urllib.request
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "lib"))
 from kiln_cluster import Cluster  # noqa: E402
+from kiln_test import KILN_BIN  # noqa: E402
 
 SLEEPER = """name: {name}
 command: [/bin/sh, -c, "echo started; sleep {seconds}; echo done"]
@@ -218,6 +220,36 @@ max_restarts: 0
                    cluster.kiln_json("logs", b, "--rank", "0", token=tokens["bob"])]
             self.assertEqual(out[0], "nobody")
             self.assertTrue(any("Permission denied" in line for line in out), out)
+
+    def make_cert(self, name):
+        cert = os.path.join(self.tmp.name, f"{name}-cert.pem")
+        key = os.path.join(self.tmp.name, f"{name}-key.pem")
+        subprocess.run(["openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt",
+                        "ec_paramgen_curve:P-256", "-nodes", "-keyout", key, "-out", cert,
+                        "-days", "1", "-subj", "/CN=127.0.0.1",
+                        "-addext", "subjectAltName=IP:127.0.0.1",
+                        "-addext", "basicConstraints=critical,CA:TRUE"],
+                       check=True, capture_output=True)
+        return cert, key
+
+    def test_the_api_over_tls_with_a_certificate_the_test_makes(self):
+        cert, key = self.make_cert("server")
+        other, _ = self.make_cert("other")
+        with Cluster(extra=("--tls-cert", cert, "--tls-key", key), ca_cert=cert) as cluster:
+            # The agents registered over TLS (Cluster waits for them), and clients use it.
+            job = cluster.submit(write(self.tmp.name, "t.yaml", SLEEPER.format(
+                name="tls", seconds=0, nodes=1, secret=SECRET)))
+            self.assertEqual(cluster.wait_state(job, ["succeeded", "failed"], 60)["state"],
+                             "succeeded")
+            # Plain HTTP gets nothing, and a client that trusts another certificate refuses.
+            plain = cluster.kiln("nodes", "--server", cluster.url.replace("https", "http"))
+            self.assertNotEqual(plain.returncode, 0)
+            env = cluster.env()
+            env["KILN_CA_CERT"] = other
+            untrusted = subprocess.run([KILN_BIN, "nodes"], capture_output=True, text=True,
+                                       env=env, timeout=30)
+            self.assertNotEqual(untrusted.returncode, 0)
+            self.assertIn(cluster.url, untrusted.stderr)
 
     def test_a_secret_env_value_appears_nowhere(self):
         with Cluster() as cluster:

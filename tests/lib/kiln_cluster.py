@@ -41,14 +41,16 @@ def is_kiln(pid):
 
 
 class Cluster:
-    def __init__(self, nodes=4, slots=2, extra=(), state_dir=None, token=None):
+    def __init__(self, nodes=4, slots=2, extra=(), state_dir=None, token=None, ca_cert=None):
         self.nodes = nodes
         self.slots = slots
         self.extra = list(extra)
         self.tmp = tempfile.TemporaryDirectory(prefix="kiln-cluster-")
         self.state = state_dir or os.path.join(self.tmp.name, "state")
         self.port = free_port()
-        self.url = f"http://127.0.0.1:{self.port}"
+        # With --tls-cert in `extra`, pass the certificate as ca_cert: the clients trust it.
+        self.ca_cert = ca_cert
+        self.url = f"{'https' if ca_cert else 'http'}://127.0.0.1:{self.port}"
         self.proc = None
         self.token = token  # None: the admin token the local default makes
 
@@ -59,7 +61,8 @@ class Cluster:
             [KILN_BIN, "--log-file", os.path.join(self.tmp.name, "serve.log"), "serve",
              "--state-dir", self.state, "--port", str(self.port), "--local-nodes", str(self.nodes),
              "--slots-per-node", str(self.slots), "--json", *self.extra],
-            stdout=subprocess.PIPE, stderr=log, text=True)
+            stdout=subprocess.PIPE, stderr=log, text=True,
+            env=dict(os.environ, HOME=self.tmp.name))  # its discovery file stays ours
         log.close()
         line = self.proc.stdout.readline()
         if not line:
@@ -148,6 +151,8 @@ class Cluster:
         env["KILN_SERVER"] = self.url
         env["KILN_TOKEN"] = token if token is not None else self.token
         env["HOME"] = self.tmp.name  # no discovery file of another cluster
+        if self.ca_cert:
+            env["KILN_CA_CERT"] = self.ca_cert
         return env
 
     def kiln(self, *args, token=None, timeout=60, cwd=None):

@@ -72,6 +72,12 @@ struct HttpServerOptions {
   // file descriptor and its buffer, no thread: a coordinator facing thousands of agents raises
   // it (and the process's RLIMIT_NOFILE).
   int connections_max = 512;
+  // TLS: with both set every connection speaks TLS (1.2 or later, OpenSSL), handshaken inside
+  // the same event loop, so a client that stalls its handshake holds a buffer, never a thread;
+  // the handshake must finish within request_timeout_ms. PEM files; start() names the file it
+  // cannot use.
+  std::string tls_cert_path;  // the certificate chain
+  std::string tls_key_path;   // its private key
 };
 
 class HttpServer {
@@ -90,7 +96,8 @@ class HttpServer {
   void route(const std::string& method, const std::string& pattern, HttpHandler handler);
 
   // Binds and starts serving on a background thread; returns once the socket is bound and
-  // accepting. kIoError names the address and port when binding fails (port in use, say).
+  // accepting. kIoError names the address and port when binding fails (port in use, say), or
+  // the TLS file that cannot be loaded.
   Status start();
 
   // The bound port. REQUIRES: start() succeeded.

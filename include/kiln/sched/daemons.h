@@ -10,6 +10,7 @@
 
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include <kiln/base/result.h>
@@ -19,6 +20,8 @@ namespace kiln::sched {
 struct DaemonSpec {
   std::vector<std::string> argv;  // argv[0] an absolute path
   std::string output_path;        // stdout and stderr, appended
+  // Added to this process's environment (these win).
+  std::vector<std::pair<std::string, std::string>> env;
 };
 
 // Starts `spec` in a new session with no signal blocked. kIoError names argv[0] or the output.

@@ -43,8 +43,23 @@ Result<pid_t> spawn_detached(const DaemonSpec& spec) {
   for (const std::string& a : spec.argv)
     argv.push_back(const_cast<char*>(a.c_str()));
   argv.push_back(nullptr);
+  // This process's environment with spec.env over it.
+  std::vector<std::string> env_text;
+  for (char** e = environ; *e != nullptr; ++e) {
+    const std::string entry = *e;
+    bool overridden = false;
+    for (const auto& [key, value] : spec.env)
+      overridden = overridden || entry.rfind(key + "=", 0) == 0;
+    if (!overridden) env_text.push_back(entry);
+  }
+  for (const auto& [key, value] : spec.env)
+    env_text.push_back(key + "=" + value);
+  std::vector<char*> envp;
+  for (std::string& e : env_text)
+    envp.push_back(e.data());
+  envp.push_back(nullptr);
   pid_t pid = 0;
-  const int rc = posix_spawn(&pid, argv[0], &files, &attr, argv.data(), environ);
+  const int rc = posix_spawn(&pid, argv[0], &files, &attr, argv.data(), envp.data());
   posix_spawnattr_destroy(&attr);
   posix_spawn_file_actions_destroy(&files);
   if (rc != 0) return os_error(spec.argv[0], "posix_spawn", rc);
