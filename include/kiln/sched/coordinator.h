@@ -100,6 +100,8 @@ struct AgentReport {
   std::map<std::string, std::string> labels;
   int slots = 1;
   int cpus = 0;
+  int64_t memory_bytes = 0;  // 0: unknown
+  int gpus = 0;
   std::string address;  // the agent's own endpoint, informational
   std::vector<RankReport> ranks;
 };

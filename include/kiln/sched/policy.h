@@ -45,6 +45,10 @@ struct NodeView {
   int slots_used = 0;  // by jobs that have processes there
   int cpus = 0;        // 0: unknown (not checked)
   int cpus_used = 0;
+  int64_t memory_bytes = 0;  // 0: unknown (not checked)
+  int64_t memory_used_bytes = 0;
+  int gpus = 0;  // what the node has: a job that needs GPUs needs them here
+  int gpus_used = 0;
 };
 
 struct JobView {
@@ -54,6 +58,8 @@ struct JobView {
   int min_nodes = 1;
   int ranks_per_node = 1;
   int cpus_per_rank = 1;
+  int64_t memory_per_rank_bytes = 0;  // 0: no claim
+  int gpus_per_rank = 0;
   // Nodes this job should avoid (its last attempt's culprit); used only when nothing else fits.
   std::vector<std::string> avoid;
 };

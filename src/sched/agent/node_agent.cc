@@ -87,6 +87,7 @@ struct JoinedAgent::Impl {
   bool woken = false;
   std::map<std::string, HeldRank> ranks;  // GUARDED_BY(mu)
   std::atomic<int64_t> reports{0};
+  int gpus = 0;  // NVIDIA devices on this node (/dev/nvidia<N>), counted at start
   std::thread loop;
 
   std::string attempt_dir(const std::string& job, int attempt) const {
@@ -116,6 +117,8 @@ struct JoinedAgent::Impl {
     report.labels = options.labels;
     report.slots = options.slots;
     report.cpus = static_cast<int>(sysconf(_SC_NPROCESSORS_ONLN));
+    report.memory_bytes = static_cast<int64_t>(sysconf(_SC_PHYS_PAGES)) * sysconf(_SC_PAGESIZE);
+    report.gpus = gpus;
     report.address =
         server ? "http://" + options.bind_address + ":" + std::to_string(server->port()) : "";
     const int64_t now = options.clock->monotonic_ns();
@@ -377,6 +380,9 @@ Result<std::unique_ptr<JoinedAgent>> JoinedAgent::start(JoinOptions options, Log
   Impl* self = impl.get();
   impl->options = std::move(options);
   impl->log = std::move(log);
+  for (int i = 0; i < 64; ++i) {
+    if (access(("/dev/nvidia" + std::to_string(i)).c_str(), F_OK) == 0) ++impl->gpus;
+  }
   obs::HttpClientOptions client;
   client.base_url = impl->options.coordinator_url;
   client.bearer_token = impl->options.node_token;

@@ -301,8 +301,14 @@ json to_json(const AgentReport& report) {
                      {"culprit_rank", r.culprit_rank},
                      {"start_error", r.start_error}});
   }
-  return {{"node", report.node}, {"labels", report.labels},   {"slots", report.slots},
-          {"cpus", report.cpus}, {"address", report.address}, {"ranks", ranks}};
+  return {{"node", report.node},
+          {"labels", report.labels},
+          {"slots", report.slots},
+          {"cpus", report.cpus},
+          {"memory_bytes", report.memory_bytes},
+          {"gpus", report.gpus},
+          {"address", report.address},
+          {"ranks", ranks}};
 }
 
 Result<AgentReport> agent_report_from_json(const json& j) {
@@ -315,6 +321,8 @@ Result<AgentReport> agent_report_from_json(const json& j) {
   out.slots = std::clamp(field_or<int>(j, "slots", 1), 0, 1 << 20);
   out.cpus = std::clamp(field_or<int>(j, "cpus", 0), 0, 1 << 20);
   out.address = field_or<std::string>(j, "address", "");
+  out.memory_bytes = std::max<int64_t>(field_or<int64_t>(j, "memory_bytes", 0), 0);
+  out.gpus = std::clamp(field_or<int>(j, "gpus", 0), 0, 1 << 16);
   auto ranks = j.find("ranks");
   if (ranks != j.end()) {
     if (!ranks->is_array()) return Status::invalid_argument("field 'ranks' is not an array");

@@ -60,6 +60,8 @@ struct JobRuntime {
 struct NodeRuntime {
   int64_t report_mono_ns = 0;  // the last report (or the coordinator's start)
   int cpus = 0;
+  int64_t memory_bytes = 0;
+  int gpus = 0;
 };
 
 struct Coordinator::Impl {

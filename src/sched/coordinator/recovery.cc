@@ -312,6 +312,8 @@ Status Coordinator::Impl::schedule() {
     v.labels = node.labels;
     v.slots = node.slots;
     v.cpus = node_runtime[name].cpus;
+    v.memory_bytes = node_runtime[name].memory_bytes;
+    v.gpus = node_runtime[name].gpus;
     index[name] = snapshot.nodes.size();
     snapshot.nodes.push_back(std::move(v));
   }
@@ -322,7 +324,10 @@ Status Coordinator::Impl::schedule() {
         auto it = index.find(n);
         if (it == index.end()) continue;
         snapshot.nodes[it->second].slots_used += job.spec.ranks_per_node;
-        snapshot.nodes[it->second].cpus_used += job.spec.ranks_per_node * job.spec.resources.cpus;
+        NodeView& used = snapshot.nodes[it->second];
+        used.cpus_used += job.spec.ranks_per_node * job.spec.resources.cpus;
+        used.memory_used_bytes += job.spec.ranks_per_node * job.spec.resources.memory_bytes;
+        used.gpus_used += job.spec.ranks_per_node * job.spec.resources.gpus;
       }
       continue;
     }
@@ -337,6 +342,8 @@ Status Coordinator::Impl::schedule() {
     v.min_nodes = job.spec.effective_min_nodes();
     v.ranks_per_node = std::max(job.spec.ranks_per_node, 1);
     v.cpus_per_rank = std::max(job.spec.resources.cpus, 1);
+    v.memory_per_rank_bytes = job.spec.resources.memory_bytes;
+    v.gpus_per_rank = job.spec.resources.gpus;
     auto rt = runtime.find(id);
     if (rt != runtime.end()) v.avoid = rt->second.avoid;
     snapshot.waiting.push_back(std::move(v));

@@ -45,6 +45,8 @@ Status Coordinator::Impl::register_node(const AgentReport& report, bool* changed
   NodeRuntime& nrt = node_runtime[report.node];
   nrt.report_mono_ns = mono();
   nrt.cpus = report.cpus;
+  nrt.memory_bytes = report.memory_bytes;
+  nrt.gpus = report.gpus;
   auto it = nodes.find(report.node);
   if (it == nodes.end()) {
     NodeRecord node;

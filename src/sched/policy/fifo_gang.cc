@@ -140,6 +140,8 @@ class FifoGangPolicy final : public Policy {
       NodeView& node = (*nodes)[c.node];
       node.slots_used += job.ranks_per_node;
       node.cpus_used += job.ranks_per_node * job.cpus_per_rank;
+      node.memory_used_bytes += job.ranks_per_node * job.memory_per_rank_bytes;
+      node.gpus_used += job.ranks_per_node * job.gpus_per_rank;
       placement.nodes.push_back(node.name);
     }
     if (want < max_nodes) {

@@ -118,5 +118,32 @@ TEST(FifoGangPolicyTest, RanksPerNodeAndCpusAreFiltered) {
   EXPECT_EQ(plan.placements[0].nodes, (std::vector<std::string>{"local-2", "local-3"}));
 }
 
+TEST(FifoGangPolicyTest, MemoryAndGpusAreFiltered) {
+  Snapshot s = four_nodes();
+  for (NodeView& n : s.nodes)
+    n.memory_bytes = int64_t{8} << 30;
+  s.nodes[0].memory_used_bytes = int64_t{6} << 30;  // 2 GiB left on local-0
+  s.nodes[2].gpus = 8;
+  s.nodes[3].gpus = 8;
+  JobView big = job("mem", 1, 1);
+  big.memory_per_rank_bytes = int64_t{4} << 30;
+  s.waiting = {big};
+  Plan plan = make_fifo_gang_policy()->decide(s);
+  ASSERT_EQ(plan.placements.size(), 1u);
+  EXPECT_EQ(plan.placements[0].nodes, (std::vector<std::string>{"local-1"}));
+  JobView gpu = job("gpu", 1, 2);
+  gpu.gpus_per_rank = 4;
+  s.waiting = {gpu};
+  plan = make_fifo_gang_policy()->decide(s);
+  ASSERT_EQ(plan.placements.size(), 1u);
+  EXPECT_EQ(plan.placements[0].nodes, (std::vector<std::string>{"local-2", "local-3"}));
+  gpu.gpus_per_rank = 16;
+  s.waiting = {gpu};
+  plan = make_fifo_gang_policy()->decide(s);
+  EXPECT_TRUE(plan.placements.empty());
+  EXPECT_NE(plan.waiting["gpu"].find("8 free GPU(s), needs 16"), std::string::npos)
+      << plan.waiting["gpu"];
+}
+
 }  // namespace
 }  // namespace kiln::sched

@@ -33,6 +33,27 @@ std::optional<std::string> reject_no_cpus(const JobView& job, const NodeView& no
   return std::nullopt;
 }
 
+std::optional<std::string> reject_no_memory(const JobView& job, const NodeView& node) {
+  if (node.memory_bytes <= 0 || job.memory_per_rank_bytes <= 0) return std::nullopt;
+  const int64_t need = job.ranks_per_node * job.memory_per_rank_bytes;
+  const int64_t free = node.memory_bytes - node.memory_used_bytes;
+  if (free < need) {
+    return std::to_string(free >> 20) + " MiB free memory, needs " + std::to_string(need >> 20) +
+           " MiB";
+  }
+  return std::nullopt;
+}
+
+std::optional<std::string> reject_no_gpus(const JobView& job, const NodeView& node) {
+  const int need = job.ranks_per_node * job.gpus_per_rank;
+  if (need == 0) return std::nullopt;
+  const int free = node.gpus - node.gpus_used;
+  if (free < need) {
+    return std::to_string(free) + " free GPU(s), needs " + std::to_string(need);
+  }
+  return std::nullopt;
+}
+
 // A suspect node took a fault recently; one the job's own last attempt faulted on is worse.
 double score_health(const JobView& job, const NodeView& node) {
   double s = 0;
@@ -50,9 +71,8 @@ double score_free_slots(const JobView&, const NodeView& node) {
 
 const std::vector<NodeFilter>& default_filters() {
   static const std::vector<NodeFilter> filters{
-      {"schedulable", reject_unschedulable},
-      {"slots", reject_full},
-      {"cpus", reject_no_cpus},
+      {"schedulable", reject_unschedulable}, {"slots", reject_full},   {"cpus", reject_no_cpus},
+      {"memory", reject_no_memory},          {"gpus", reject_no_gpus},
   };
   return filters;
 }
