@@ -112,7 +112,10 @@ Status check_output_path(const std::string& flag, const std::string& path) {
 }
 
 int report_error(const std::string& command, const Status& status) {
-  std::cerr << "kiln " << command << ": " << status.to_string() << "\n";
+  // One write: std::cerr is unbuffered, and the ranks of a job share one stderr; a message
+  // written piece by piece interleaves with another rank's log line and breaks both.
+  const std::string line = "kiln " + command + ": " + status.to_string() + "\n";
+  std::cerr.write(line.data(), static_cast<std::streamsize>(line.size()));
   return status.is_invalid_argument() || status.is_not_found() ? kExitBadInput : kExitFailure;
 }
 
