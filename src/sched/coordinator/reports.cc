@@ -200,9 +200,6 @@ Status Coordinator::Impl::take_report(const AgentReport& report, bool* changed) 
       continue;
     }
     KILN_RETURN_IF_ERROR(fault_from_exit(&job, rt, r));
-    // fault() may have replaced the map entry; look the job up again before going on.
-    it = jobs.find(r.job_id);
-    if (it == jobs.end()) break;
   }
   // placed -> running once every rank runs; placed/running -> succeeded once every rank ended 0.
   // Only the jobs this report spoke of can have moved.
