@@ -144,6 +144,10 @@ class RecoveryTest(unittest.TestCase):
                                      "restarting", "placed", "running", "succeeded"])
             nodes = {n["name"]: n for n in cluster.node_list()}
             self.assertEqual(nodes[node]["state"], "suspect")
+            # The killed attempt's logs are still read from where it ran.
+            old_losses, _ = step_lines(cluster, job, 0)
+            self.assertGreaterEqual(max(old_losses), 9)
+            self.assertEqual(old_losses[9], want[9])
 
     def test_sigstop_is_found_by_the_progress_timeout(self):
         timeout_s = 3

@@ -154,8 +154,11 @@ class Coordinator {
   Result<NodeRecord> cordon(const Caller& caller, const std::string& node,
                             const std::string& reason);
   Result<NodeRecord> uncordon(const Caller& caller, const std::string& node);
-  // Which node ran `rank` of the job's current attempt (for `kiln logs`): kNotFound when unknown.
-  Result<std::string> node_of_rank(const Caller& caller, const std::string& id, int rank);
+  // Which node ran `rank` of the job's `attempt` (-1: the current one), for `kiln logs`: from the
+  // job record for the current attempt, from that attempt's placed event for an earlier one.
+  // kNotFound when unknown.
+  Result<std::string> node_of_rank(const Caller& caller, const std::string& id, int rank,
+                                   int attempt = -1);
 
   // --- the agents ---
   Result<AgentAnswer> report(const AgentReport& report);

@@ -198,7 +198,8 @@ class Routes {
     Result<JobStatus> st = c_.coordinator->job(caller, id);
     if (!st.ok()) return error_answer(http_status_of(st.status()), st.status().message());
     const int64_t attempt = int_param(req, "attempt", st->record.attempt);
-    Result<std::string> node = c_.coordinator->node_of_rank(caller, id, static_cast<int>(rank));
+    Result<std::string> node =
+        c_.coordinator->node_of_rank(caller, id, static_cast<int>(rank), static_cast<int>(attempt));
     if (!node.ok()) return error_answer(http_status_of(node.status()), node.status().message());
     Result<std::vector<NodeRecord>> nodes = c_.coordinator->nodes();
     if (!nodes.ok()) return error_answer(500, nodes.status().message());

@@ -293,16 +293,30 @@ Result<NodeRecord> Coordinator::uncordon(const Caller& caller, const std::string
   return s.nodes[node];
 }
 
-Result<std::string> Coordinator::node_of_rank(const Caller& caller, const std::string& id,
-                                              int rank) {
+Result<std::string> Coordinator::node_of_rank(const Caller& caller, const std::string& id, int rank,
+                                              int attempt) {
   KILN_ASSIGN_OR_RETURN(JobStatus st, job(caller, id));
+  std::vector<std::string> nodes = st.record.nodes;
+  if (attempt >= 0 && attempt != st.record.attempt) {
+    // An earlier attempt ran where its own placed event says.
+    KILN_ASSIGN_OR_RETURN(std::vector<EventRecord> events,
+                          impl_->store->events_for_job(id, 0, kStoreRowsMax));
+    nodes.clear();
+    for (const EventRecord& e : events) {
+      if (e.type == "placed" && e.attempt == attempt && e.detail.contains("nodes") &&
+          e.detail["nodes"].is_array()) {
+        nodes = e.detail["nodes"].get<std::vector<std::string>>();
+      }
+    }
+  }
   const int per_node = std::max(st.record.spec.ranks_per_node, 1);
   const int node_index = rank / per_node;
-  if (rank < 0 || node_index >= static_cast<int>(st.record.nodes.size())) {
+  if (rank < 0 || node_index >= static_cast<int>(nodes.size())) {
     return Status::not_found("job " + id + " has no rank " + std::to_string(rank) +
-                             " in its current attempt");
+                             (attempt >= 0 ? " in attempt " + std::to_string(attempt)
+                                           : std::string(" in its current attempt")));
   }
-  return st.record.nodes[static_cast<size_t>(node_index)];
+  return nodes[static_cast<size_t>(node_index)];
 }
 
 Coordinator::Figures Coordinator::figures() {

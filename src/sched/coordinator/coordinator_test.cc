@@ -216,6 +216,10 @@ TEST_F(CoordinatorTest, AKilledRankIsTheCulpritAndTheJobRestartsElsewhereAfterIt
   EXPECT_EQ(j.state, "placed");
   // local-1 is suspect and avoided: the gang moves to rack r1.
   EXPECT_EQ(j.nodes, (std::vector<std::string>{"local-2", "local-3"}));
+  // `kiln logs` finds each attempt's ranks where that attempt ran.
+  EXPECT_EQ(*coordinator_->node_of_rank(admin_, id, 1), "local-3");
+  EXPECT_EQ(*coordinator_->node_of_rank(admin_, id, 1, 0), "local-1");
+  EXPECT_TRUE(coordinator_->node_of_rank(admin_, id, 1, 7).status().is_not_found());
   EXPECT_EQ(nodes()[1].state, "suspect");
 }
 
