@@ -3,6 +3,10 @@
 #include <prometheus/collectable.h>
 #include <prometheus/metric_family.h>
 
+#include <initializer_list>
+#include <map>
+#include <string>
+
 namespace kiln::cli {
 namespace {
 
@@ -13,25 +17,11 @@ class StateCollector final : public prometheus::Collectable {
 
   std::vector<prometheus::MetricFamily> Collect() const override {
     sched::Coordinator::Figures f = c_->figures();
-    prometheus::MetricFamily jobs{
-        "kiln_jobs", "Unfinished jobs by state", prometheus::MetricType::Gauge, {}};
-    for (const char* state :
-         {"queued", "admitted", "placed", "running", "stopping", "restarting"}) {
-      prometheus::ClientMetric m;
-      m.label = {prometheus::ClientMetric::Label{"state", state}};
-      auto it = f.jobs_by_state.find(state);
-      m.gauge.value = it == f.jobs_by_state.end() ? 0 : it->second;
-      jobs.metric.push_back(m);
-    }
-    prometheus::MetricFamily nodes{
-        "kiln_nodes", "Nodes by state", prometheus::MetricType::Gauge, {}};
-    for (const char* state : {"ready", "suspect", "cordoned", "down"}) {
-      prometheus::ClientMetric m;
-      m.label = {prometheus::ClientMetric::Label{"state", state}};
-      auto it = f.nodes_by_state.find(state);
-      m.gauge.value = it == f.nodes_by_state.end() ? 0 : it->second;
-      nodes.metric.push_back(m);
-    }
+    prometheus::MetricFamily jobs =
+        by_state("kiln_jobs", "Unfinished jobs by state", f.jobs_by_state,
+                 {"queued", "admitted", "placed", "running", "stopping", "restarting"});
+    prometheus::MetricFamily nodes = by_state("kiln_nodes", "Nodes by state", f.nodes_by_state,
+                                              {"ready", "suspect", "cordoned", "down"});
     prometheus::MetricFamily goodput{
         "kiln_job_goodput_ratio",
         "Productive step time over wall time since admission (ETTR), per running job",
@@ -50,6 +40,21 @@ class StateCollector final : public prometheus::Collectable {
   }
 
  private:
+  // One gauge per state, every state present (0 when none), so a query never misses a series.
+  static prometheus::MetricFamily by_state(const std::string& name, const std::string& help,
+                                           const std::map<std::string, int>& counts,
+                                           std::initializer_list<const char*> states) {
+    prometheus::MetricFamily family{name, help, prometheus::MetricType::Gauge, {}};
+    for (const char* state : states) {
+      prometheus::ClientMetric m;
+      m.label = {prometheus::ClientMetric::Label{"state", state}};
+      auto it = counts.find(state);
+      m.gauge.value = it == counts.end() ? 0 : it->second;
+      family.metric.push_back(m);
+    }
+    return family;
+  }
+
   sched::Coordinator* c_;
 };
 

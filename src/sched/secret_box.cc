@@ -8,6 +8,8 @@
 //   4. unlink the temporary name, fsync the directory so PATH survives a crash
 #include <kiln/sched/secret_box.h>
 
+#include <kiln/base/unique_fd.h>
+
 #include <fcntl.h>
 #include <openssl/crypto.h>
 #include <openssl/evp.h>
@@ -33,26 +35,6 @@ struct CipherCtxFree {
 };
 using CipherCtx = std::unique_ptr<EVP_CIPHER_CTX, CipherCtxFree>;
 
-class Fd {
- public:
-  explicit Fd(int fd) : fd_(fd) {}
-  ~Fd() {
-    if (fd_ >= 0) ::close(fd_);
-  }
-  Fd(const Fd&) = delete;
-  Fd& operator=(const Fd&) = delete;
-  int get() const { return fd_; }
-  // Closes now, reporting close()'s error (for a file just written).
-  int release_and_close() {
-    const int rc = ::close(fd_);
-    fd_ = -1;
-    return rc;
-  }
-
- private:
-  int fd_;
-};
-
 const unsigned char* bytes(std::string_view s) {
   return reinterpret_cast<const unsigned char*>(s.data());
 }
@@ -65,7 +47,7 @@ std::string mode_octal(mode_t mode) {
 
 // Step 1: reads an existing key file. kNotFound when there is none.
 Result<std::string> read_key_file(const std::string& path) {
-  Fd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK));
+  UniqueFd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK));
   if (fd.get() < 0) return os_error(path, "open", errno);
   struct stat st {};
   if (::fstat(fd.get(), &st) != 0) return os_error(path, "fstat", errno);
@@ -101,7 +83,7 @@ Status create_key_file(const std::string& path) {
   KILN_CHECK(
       RAND_bytes(reinterpret_cast<unsigned char*>(key.data()), static_cast<int>(key.size())) == 1)
       << "RAND_bytes failed: OpenSSL has no entropy";
-  Fd fd(::open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0600));
+  UniqueFd fd(::open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0600));
   if (fd.get() < 0) return os_error(tmp, "open", errno);
   Status status;
   size_t done = 0;
@@ -113,7 +95,7 @@ Status create_key_file(const std::string& path) {
   }
   OPENSSL_cleanse(key.data(), key.size());
   if (status.ok() && ::fsync(fd.get()) != 0) status = os_error(tmp, "fsync", errno);
-  if (fd.release_and_close() != 0 && status.ok()) status = os_error(tmp, "close", errno);
+  if (fd.close_now() != 0 && status.ok()) status = os_error(tmp, "close", errno);
   if (status.ok() && ::link(tmp.c_str(), path.c_str()) != 0 && errno != EEXIST) {
     status = os_error(path, "link", errno);
   }

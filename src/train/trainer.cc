@@ -20,14 +20,12 @@
 
 #include <array>
 #include <cerrno>
-#include <charconv>
 #include <cmath>
 #include <cstring>
 #include <limits>
 #include <optional>
 #include <ostream>
 #include <string_view>
-#include <type_traits>
 #include <vector>
 
 #include "train/data_parallel.h"
@@ -106,68 +104,27 @@ class ProgressChannel {
 
   void step(const StepReport& r) {
     if (fd_ < 0) return;
-    Line line;
-    line.text("{\"step\":");
-    line.number(r.step);
-    line.text(",\"step_ms\":");
-    line.number(r.step_ms);
-    line.text(",\"loss\":");
-    line.number(r.loss);
-    line.text(",\"tokens_per_s\":");
-    line.number(r.tokens_per_s);
-    line.text("}\n");
-    write_line(line);
+    std::array<char, kProgressLineBytesMax> buf;
+    write_line(format_progress_json(r, buf));
   }
 
   void done(const TrainSummary& s) {
     if (fd_ < 0) return;
-    Line line;
-    line.text("{\"event\":\"done\",\"steps\":");
-    line.number(s.steps);
-    line.text(s.stopped ? ",\"stopped\":true}\n" : ",\"stopped\":false}\n");
-    write_line(line);
+    std::array<char, kProgressLineBytesMax> buf;
+    write_line(format_progress_done_json(s, buf));
   }
 
  private:
-  // A line in a fixed buffer: the fields above are 4 numbers of at most 24 characters (the
-  // longest shortest-round-trip double) and 60 bytes of keys, far under the bound.
-  class Line {
-   public:
-    void text(std::string_view s) {
-      KILN_CHECK(size_ + s.size() <= buf_.size()) << "progress line over its bound";
-      std::memcpy(buf_.data() + size_, s.data(), s.size());
-      size_ += s.size();
-    }
-    template <typename T>
-    void number(T value) {
-      if constexpr (std::is_floating_point_v<T>) {
-        if (!std::isfinite(value)) {
-          text("null");
-          return;
-        }
-      }
-      const auto [end, ec] = std::to_chars(buf_.data() + size_, buf_.data() + buf_.size(), value);
-      KILN_CHECK(ec == std::errc()) << "progress line over its bound";
-      size_ = static_cast<size_t>(end - buf_.data());
-    }
-    std::string_view view() const { return {buf_.data(), size_}; }
-
-   private:
-    std::array<char, kProgressLineBytesMax> buf_{};
-    size_t size_ = 0;
-  };
-
   // A reader that went away must not kill the rank with SIGPIPE: the signal is blocked for the
   // write, and one the write raised is taken before the mask is restored. EPIPE (or any error
   // but EAGAIN) ends the channel; EAGAIN only drops this line.
-  void write_line(const Line& line) {
+  void write_line(std::string_view text) {
     sigset_t pipe_signal, old_mask, pending;
     sigemptyset(&pipe_signal);
     sigaddset(&pipe_signal, SIGPIPE);
     pthread_sigmask(SIG_BLOCK, &pipe_signal, &old_mask);
     sigpending(&pending);
     const bool was_pending = sigismember(&pending, SIGPIPE) == 1;
-    const std::string_view text = line.view();
     ssize_t n = 0;
     do {
       n = write(fd_, text.data(), text.size());

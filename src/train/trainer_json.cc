@@ -82,4 +82,24 @@ std::string format_done_json(const TrainSummary& s) {
   return std::string(w.view());
 }
 
+std::string_view format_progress_json(const StepReport& r, std::span<char> buf) {
+  KILN_CHECK(buf.size() >= kProgressLineBytesMax) << "buffer of " << buf.size();
+  FixedWriter w(buf);
+  w.field("step", r.step, /*first=*/true);
+  w.field("step_ms", r.step_ms);
+  w.field("loss", r.loss);
+  w.field("tokens_per_s", r.tokens_per_s);
+  w.text("}\n");
+  return w.view();
+}
+
+std::string_view format_progress_done_json(const TrainSummary& s, std::span<char> buf) {
+  KILN_CHECK(buf.size() >= kProgressLineBytesMax) << "buffer of " << buf.size();
+  FixedWriter w(buf);
+  w.text("{\"event\":\"done\"");
+  w.field("steps", s.steps);
+  w.text(s.stopped ? ",\"stopped\":true}\n" : ",\"stopped\":false}\n");
+  return w.view();
+}
+
 }  // namespace kiln::train

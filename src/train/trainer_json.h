@@ -30,6 +30,13 @@ std::string_view format_step_json(const StepReport& report, std::span<char> buf)
 // The final line, without its newline.
 std::string format_done_json(const TrainSummary& summary);
 
+// The node agent's progress lines (TrainerOptions::progress_fd), each with its newline, in `buf`
+// (REQUIRES: buf.size() >= kProgressLineBytesMax):
+//   {"step":N,"step_ms":X,"loss":Y,"tokens_per_s":Z}
+//   {"event":"done","steps":N,"stopped":B}
+std::string_view format_progress_json(const StepReport& report, std::span<char> buf);
+std::string_view format_progress_done_json(const TrainSummary& summary, std::span<char> buf);
+
 }  // namespace kiln::train
 
 #endif  // KILN_TRAIN_TRAINER_JSON_H_

@@ -56,7 +56,6 @@ JobRuntime& Coordinator::Impl::runtime_of(const JobRecord& job) {
     rt.attempt_mono_ns = mono();
     for (RankRuntime& r : rt.ranks)
       r.progress_mono_ns = rt.attempt_mono_ns;
-    rt.rank0_step = -1;
     rt.pending_exit_mono_ns = 0;
   }
   return rt;

@@ -28,11 +28,9 @@ inline constexpr int64_t kCulpritSettleMs = 1000;
 
 // One rank of a job's current attempt, as the agents last reported it.
 struct RankRuntime {
-  bool reported = false;  // an agent has mentioned it in this coordinator's lifetime
   bool running = false;
   bool ended = false;
   bool ok = false;  // ended with 0 (or 75 while stopping)
-  pid_t pid = 0;
   int64_t step = -1;
   int64_t progress_mono_ns = 0;  // when its step counter last moved (or the attempt began)
   char proc_state = '?';
@@ -54,7 +52,6 @@ struct JobRuntime {
   RankReport pending_exit;
   // Nodes its faults were blamed on: the policy places the next attempt elsewhere if it can.
   std::vector<std::string> avoid;
-  int64_t rank0_step = -1;  // for goodput: steps past the job's newest are productive
 };
 
 struct NodeRuntime {

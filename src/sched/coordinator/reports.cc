@@ -154,8 +154,6 @@ Status Coordinator::Impl::take_report(const AgentReport& report, bool* changed) 
     JobRuntime& rt = runtime_of(job);
     if (r.rank < 0 || static_cast<size_t>(r.rank) >= rt.ranks.size()) continue;
     RankRuntime& rank = rt.ranks[static_cast<size_t>(r.rank)];
-    rank.reported = true;
-    rank.pid = r.pid;
     rank.proc_state = r.proc_state;
     if (r.step > rank.step) {
       rank.step = r.step;

@@ -12,6 +12,7 @@
 // dropped, whatever its descriptor number is now) plus an eventfd that stop() and the destructor
 // use to wake it. It handles a batch of events under `mu`, then calls on_exit with no lock held.
 #include <kiln/base/json.h>
+#include <kiln/base/unique_fd.h>
 #include <kiln/sched/rank_log.h>
 #include <kiln/sched/rank_process.h>
 
@@ -70,33 +71,6 @@ constexpr uint64_t kWakeTag = 0;  // serial 0 is never a rank's
 uint64_t tag(uint64_t serial, Kind kind) {
   return serial << 2 | static_cast<uint64_t>(kind);
 }
-
-// Owns one descriptor.
-class UniqueFd {
- public:
-  UniqueFd() = default;
-  explicit UniqueFd(int fd) : fd_(fd) {}
-  ~UniqueFd() { reset(); }
-  UniqueFd(UniqueFd&& o) noexcept : fd_(o.release()) {}
-  UniqueFd& operator=(UniqueFd&& o) noexcept {
-    if (this != &o) reset(o.release());
-    return *this;
-  }
-  int get() const { return fd_; }
-  bool valid() const { return fd_ >= 0; }
-  int release() {
-    const int fd = fd_;
-    fd_ = -1;
-    return fd;
-  }
-  void reset(int fd = -1) {
-    if (fd_ >= 0) close(fd_);
-    fd_ = fd;
-  }
-
- private:
-  int fd_ = -1;
-};
 
 Status errno_status(const std::string& what, int err) {
   return Status::io_error(what + ": " + std::strerror(err));
