@@ -169,6 +169,10 @@ int run_status(const ClientFlags& flags, const std::string& id) {
     const std::string state = text_of(j, "state");
     if ((state == "queued" || state == "restarting") && !text_of(j, "waiting").empty()) {
       where = text_of(j, "waiting");
+      if (j.value("queue_position", 0) > 0) {
+        where = "#" + std::to_string(j.value("queue_position", 0)) + " in queue " +
+                text_of(j, "queue") + ": " + where;
+      }
     } else if ((state == "failed" || state == "cancelled") && !text_of(j, "reason").empty()) {
       where = text_of(j, "reason");
     }

@@ -28,6 +28,7 @@
 #include <kiln/sched/api.h>
 #include <kiln/sched/auth.h>
 #include <kiln/sched/coordinator.h>
+#include <kiln/sched/queue_config.h>
 #include <kiln/sched/daemons.h>
 #include <kiln/sched/policy.h>
 #include <kiln/sched/secret_box.h>
@@ -59,6 +60,9 @@ struct ServeFlags {
   int connections_max = 16384;
   std::string tls_cert;
   std::string tls_key;
+  std::string queues_file;
+  int64_t preempt_grace_s = 30;
+  int64_t preempt_min_runtime_s = 600;
   bool json = false;
 };
 
@@ -262,8 +266,16 @@ int run_serve(ServeFlags flags, const GlobalOptions& globals) {
   options.cordon_faults = flags.cordon_faults;
   options.cordon_window_ms = flags.cordon_window_s * 1000;
   options.team_users = auth->registry.team_users();
+  options.preempt_grace_ms = flags.preempt_grace_s * 1000;
+  if (!flags.queues_file.empty()) {
+    Result<std::vector<sched::QueueSpec>> queues = sched::load_queue_config(flags.queues_file);
+    if (!queues.ok()) return report_error("serve", queues.status());
+    options.queues = std::move(*queues);
+  }
+  sched::KilnPolicyOptions policy;
+  policy.preempt_min_runtime_s = static_cast<double>(flags.preempt_min_runtime_s);
   Result<std::unique_ptr<sched::Coordinator>> coordinator = sched::Coordinator::open(
-      options, state->get(), sched::make_fifo_gang_policy(), &system_clock(), log);
+      options, state->get(), sched::make_kiln_policy(policy), &system_clock(), log);
   if (!coordinator.ok()) return report_error("serve", coordinator.status());
 
   raise_fd_limit(flags.connections_max);
@@ -367,6 +379,17 @@ Command add_serve_command(CLI::App& parent) {
       ->check(CLI::ExistingFile);
   app->add_option("--node-token-file", flags->node_token_file, "the node agents' token")
       ->check(CLI::ExistingFile);
+  app->add_option("--queues", flags->queues_file,
+                  "queues, quotas, cohorts and fair-share weights (YAML; "
+                  "include/kiln/sched/queue_config.h)");
+  app->add_option("--preempt-grace-s", flags->preempt_grace_s,
+                  "seconds a preempted job has to checkpoint and exit before SIGKILL")
+      ->capture_default_str()
+      ->check(CLI::Range(int64_t{1}, int64_t{3600}));
+  app->add_option("--preempt-min-runtime-s", flags->preempt_min_runtime_s,
+                  "a job is not preempted within this long of its start (nor of its time limit)")
+      ->capture_default_str()
+      ->check(CLI::Range(int64_t{0}, int64_t{86400}));
   app->add_option("--node-timeout-ms", flags->node_timeout_ms,
                   "a node whose agent is silent this long is down")
       ->capture_default_str()

@@ -41,6 +41,7 @@ Command add_store_command(CLI::App& parent);
 Command add_comm_bench_command(CLI::App& parent);
 Command add_comm_tune_command(CLI::App& parent);
 Command add_serve_command(CLI::App& parent);
+Command add_sched_sim_command(CLI::App& parent);
 // submit, status, events, logs, cancel, nodes, cordon, uncordon: the coordinator's clients.
 std::vector<Command> add_job_commands(CLI::App& parent);
 Command add_ops_check_command(CLI::App& parent);

@@ -6,12 +6,10 @@ kiln_library(NAME sched
     coordinator/auth.cc
     coordinator/coordinator.cc
     coordinator/daemons.cc
+    coordinator/queue_config.cc
     coordinator/recovery.cc
     coordinator/reports.cc
-    core/states.cc
-    policy/fifo_gang.cc
-    policy/units.cc
-  PUBLIC_DEPS kiln_sched_state kiln_sched_exec kiln_obs kiln_launch kiln_base
+  PUBLIC_DEPS kiln_sched_policy kiln_sched_state kiln_sched_exec kiln_obs kiln_launch kiln_base
               nlohmann_json::nlohmann_json
   PRIVATE_DEPS fmt::fmt OpenSSL::Crypto)
 
@@ -21,5 +19,4 @@ kiln_tests(NAME sched
     coordinator/auth_test.cc
     coordinator/coordinator_test.cc
     core/states_test.cc
-    policy/fifo_gang_test.cc
   DEPS kiln_sched)

@@ -25,6 +25,9 @@ bool is_alnum(char c) {
   return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9');
 }
 
+// "A100" or "A100|H100": plain names joined by '|'; empty is any.
+std::string check_gpu_models(const std::string& models);
+
 // A job or queue name: it appears in ids, paths and metric labels.
 std::string check_plain_name(const std::string& name) {
   const std::string rule = std::to_string(kJobNameBytesMax) +
@@ -102,8 +105,27 @@ struct Problem {
   std::string what;
 };
 
+std::string check_gpu_models(const std::string& models) {
+  if (models.empty()) return "";
+  size_t start = 0;
+  while (true) {
+    const size_t bar = models.find('|', start);
+    const std::string one = models.substr(start, bar == std::string::npos ? bar : bar - start);
+    if (!check_plain_name(one).empty()) {
+      return "'" + models + "' is not a GPU model or models joined by '|' (A100|H100)";
+    }
+    if (bar == std::string::npos) return "";
+    start = bar + 1;
+  }
+}
+
 std::vector<Problem> cross_field_problems(const JobSpec& spec) {
   std::vector<Problem> problems;
+  if (spec.topology_same != "none" && spec.topology_spread != "none") {
+    problems.push_back({"topology", "topology",
+                        "same and spread exclude each other (pack into one domain, or spread "
+                        "across racks)"});
+  }
   if (spec.command.empty() && spec.config.empty()) {
     problems.push_back({"config", "config",
                         "neither command nor config is set; give the training config "
@@ -217,6 +239,13 @@ void read_spec(ConfigReader root, JobSpec* spec) {
   for (int i = 0; i < 3; ++i) {
     if (preflight == kPreflightNames[i]) spec->preflight = static_cast<PreflightLevel>(i);
   }
+  read_duration(root, "time_limit", 0, &spec->time_limit_ms);
+  root.read_string("gpu_model", &spec->gpu_model);
+  if (readable_scalar(root, "gpu_model")) check_at(root, "gpu_model", check_gpu_models(spec->gpu_model));
+  ConfigReader topology = root.section("topology");
+  topology.read_enum("same", &spec->topology_same, {"none", "rack", "switch"})
+      .read_bool("required", &spec->topology_required)
+      .read_enum("spread", &spec->topology_spread, {"none", "rack"});
 }
 
 // --- JSON ---------------------------------------------------------------------------------------
@@ -353,6 +382,28 @@ void spec_from_json(JsonFields& f, std::vector<std::string>* errors, JobSpec* sp
     known_level = true;
   }
   if (!known_level) f.error("preflight", "expected none, quick or full, got '" + preflight + "'");
+  f.read_int("time_limit_ms", &spec->time_limit_ms, 0, kDurationMsMax);
+  f.read_string("gpu_model", &spec->gpu_model);
+  if (!check_gpu_models(spec->gpu_model).empty()) {
+    f.error("gpu_model", check_gpu_models(spec->gpu_model));
+  }
+  if (const Json* topology = f.find("topology")) {
+    if (!topology->is_object()) f.error("topology", "expected an object");
+    if (topology->is_object()) {
+      JsonFields t(*topology, f.field("topology"), errors);
+      t.read_string("same", &spec->topology_same);
+      t.read_bool("required", &spec->topology_required);
+      t.read_string("spread", &spec->topology_spread);
+      t.finish();
+      if (spec->topology_same != "none" && spec->topology_same != "rack" &&
+          spec->topology_same != "switch") {
+        t.error("same", "expected none, rack or switch, got '" + spec->topology_same + "'");
+      }
+      if (spec->topology_spread != "none" && spec->topology_spread != "rack") {
+        t.error("spread", "expected none or rack, got '" + spec->topology_spread + "'");
+      }
+    }
+  }
   if (const Json* resources = f.find("resources")) {
     if (!resources->is_object()) f.error("resources", "expected an object");
     if (resources->is_object()) {
@@ -436,6 +487,12 @@ Json job_spec_to_json(const JobSpec& spec, bool with_secrets) {
       {"progress_timeout_ms", spec.progress_timeout_ms},
       {"start_timeout_ms", spec.start_timeout_ms},
       {"preflight", std::string(preflight_level_name(spec.preflight))},
+      {"time_limit_ms", spec.time_limit_ms},
+      {"gpu_model", spec.gpu_model},
+      {"topology",
+       {{"same", spec.topology_same},
+        {"required", spec.topology_required},
+        {"spread", spec.topology_spread}}},
   };
 }
 

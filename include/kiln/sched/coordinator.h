@@ -21,6 +21,13 @@
 //   restart  a new attempt after the job's backoff (doubling, capped), placed by the policy on
 //            healthy nodes (shrinking where min_nodes allows), resuming from the newest checkpoint
 //            that verifies (the trainer does that), until max_restarts restarts are spent.
+//
+// Scheduling (policy.h): on every event and every tick the coordinator snapshots nodes, waiting
+// jobs, running allocations, queues and fair-share use, asks the policy for a plan and applies
+// it: placements become admitted/placed events, preemptions become a "preempted" event and a
+// cooperative stop (SIGTERM, preempt_grace_ms to checkpoint and exit 75, then SIGKILL) after
+// which the job is queued again (attempt + 1, no restart spent) and resumes from its checkpoint.
+// A job past its spec's time_limit is stopped the same way and fails.
 // Every transition is an event in the same transaction as the state it records.
 //
 // Thread-safe: one mutex serializes the API, the agents' reports and tick(). A report that
@@ -42,6 +49,7 @@
 #include <kiln/base/log.h>
 #include <kiln/base/result.h>
 #include <kiln/sched/job_spec.h>
+#include <kiln/sched/fair_share.h>
 #include <kiln/sched/policy.h>
 #include <kiln/sched/state_store.h>
 #include <kiln/sched/states.h>
@@ -72,6 +80,12 @@ struct CoordinatorOptions {
   size_t jobs_active_max = 100000;            // submits beyond this are refused (bounded state)
   // The Unix user each team's ranks run as (auth.h's team_users); absent: the agent's own user.
   std::map<std::string, std::string> team_users;
+  // Queues, quotas, cohorts and fair-share weights (queue_config.h); empty: every queue is
+  // accepted, unlimited, and its own team.
+  std::vector<QueueSpec> queues;
+  // A preempted job's ranks get SIGTERM, this long to checkpoint and exit 75, then SIGKILL.
+  int64_t preempt_grace_ms = 30000;
+  double fair_share_half_life_s = 7 * 24 * 3600.0;
 };
 
 // One rank as an agent reports it.
@@ -133,6 +147,8 @@ struct AgentAnswer {
 struct JobStatus {
   JobRecord record;     // spec secrets are redacted by the API, not here
   std::string waiting;  // why a waiting job waits (from the last plan)
+  std::string waiting_kind;  // WaitInfo::kind: quota, capacity, reserved, behind, preempting, ..
+  int queue_position = 0;    // 1-based among the waiting jobs of its queue; 0: not waiting
   double goodput = 0;   // productive step time / wall time since admission
 };
 

@@ -21,6 +21,9 @@
 //   progress_timeout: 60s
 //   start_timeout: 10m
 //   preflight: none                  # none | quick | full
+//   time_limit: 2h                   # the job is stopped (failed) past it; backfill plans with it
+//   gpu_model: A100|H100             # nodes of any of these GPU models (the `gpu_model` label)
+//   topology: {same: switch, required: true}   # or {spread: rack}; see kiln/sched/policy.h
 //
 // Invariants of a JobSpec returned by any function here (YAML or JSON): `command` is not empty
 // (it defaults to {"kiln", "train", config}); 1 <= effective_min_nodes() <= nodes; every env
@@ -98,6 +101,11 @@ struct JobSpec {
   int64_t progress_timeout_ms = 300000;    // no step heartbeat for this long: hung (> 0)
   int64_t start_timeout_ms = 600000;  // placed ranks must report a first step within this (> 0)
   PreflightLevel preflight = PreflightLevel::kNone;
+  int64_t time_limit_ms = 0;               // 0: none
+  std::string gpu_model;                   // "" any; "A|B" either
+  std::string topology_same = "none";      // none | rack | switch
+  bool topology_required = false;          // same is a requirement, not a preference
+  std::string topology_spread = "none";    // none | rack
 
   // min_nodes, or nodes when min_nodes is 0.
   int effective_min_nodes() const;

@@ -12,7 +12,8 @@
 //     └───────────┴───────────┴───────────┴──► stopping ──► restarting ──► placed (next attempt)
 //                                                  │    └──► failed     (restart budget spent)
 //     cancel from any live state ──────────────────┴──────► cancelled
-// "fault" is an event, not a state: it moves a placed or running job to stopping.
+//     stopping ──► queued: preempted (it checkpointed at SIGTERM and waits to be placed again)
+// "fault" and "preempted" are events, not states: each moves a placed or running job to stopping.
 //
 // Node: ready ⇄ suspect (a fault pointed at it), suspect/ready ──► cordoned (repeated faults or an
 // admin), cordoned ──► ready (uncordon), any ──► down (its agent stopped heartbeating), down ──►

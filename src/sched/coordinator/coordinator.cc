@@ -25,6 +25,13 @@ Result<std::unique_ptr<Coordinator>> Coordinator::open(CoordinatorOptions option
   impl->policy = std::move(policy);
   impl->clock = clock;
   impl->log = std::move(log);
+  impl->ledger = FairShareLedger(impl->options.fair_share_half_life_s);
+  KILN_ASSIGN_OR_RETURN(std::optional<std::string> saved, store->get_setting(kFairShareSetting));
+  if (saved) {
+    // A damaged value costs the history, never the start: fair share rebuilds from now.
+    nlohmann::json j = nlohmann::json::parse(*saved, nullptr, /*allow_exceptions=*/false);
+    impl->ledger = FairShareLedger::from_json(j, impl->options.fair_share_half_life_s);
+  }
   KILN_ASSIGN_OR_RETURN(std::vector<JobRecord> active, store->list_active_jobs());
   for (JobRecord& job : active) {
     if (!parse_job_state(job.state)) {
@@ -132,6 +139,33 @@ Result<JobRecord> Coordinator::submit(const Caller& caller, JobSpec spec,
         "job '" + spec.name + "' needs " + std::to_string(spec.effective_min_nodes()) +
         " node(s) but the cluster has " + std::to_string(s.nodes.size()));
   }
+  if (!s.options.queues.empty()) {
+    const QueueSpec* queue = nullptr;
+    std::string names;
+    for (const QueueSpec& q : s.options.queues) {
+      if (q.name == spec.queue) queue = &q;
+      names += (names.empty() ? "" : ", ") + q.name;
+    }
+    if (queue == nullptr) {
+      return Status::invalid_argument("job '" + spec.name + "': queue '" + spec.queue +
+                                      "' does not exist; the queues are: " + names);
+    }
+    const std::string& team = queue->team.empty() ? queue->name : queue->team;
+    if (!caller.admin && caller.team != team) {
+      return Status::invalid_argument("job '" + spec.name + "': queue '" + spec.queue +
+                                      "' belongs to team " + team + ", not " + caller.team);
+    }
+  }
+  if (!s.nodes.empty()) {
+    // A job no node could ever hold is refused now, never left to block its queue.
+    std::vector<NodeView> views;
+    for (const auto& [name, node] : s.nodes)
+      views.push_back(s.node_view(name, node));
+    std::string why;
+    if (!fits_idle_cluster(s.job_view(spec, "", {}), views, &why)) {
+      return Status::invalid_argument("job '" + spec.name + "' can never run here: " + why);
+    }
+  }
   if (workdir.empty() || workdir[0] != '/') {
     return Status::invalid_argument("the job's working directory must be an absolute path, not '" +
                                     workdir + "'");
@@ -167,7 +201,11 @@ Result<JobStatus> Coordinator::job(const Caller& caller, const std::string& id) 
   if (it != s.jobs.end()) {
     out.record = it->second;
     auto rt = s.runtime.find(id);
-    if (rt != s.runtime.end()) out.waiting = rt->second.waiting;
+    if (rt != s.runtime.end()) {
+      out.waiting = rt->second.waiting;
+      out.waiting_kind = rt->second.waiting_kind;
+      out.queue_position = rt->second.queue_position;
+    }
   } else {
     Result<JobRecord> stored = s.store->get_job(id);
     if (!stored.ok()) return stored.status();
@@ -191,7 +229,11 @@ Result<std::vector<JobStatus>> Coordinator::jobs(const Caller& caller) {
     auto live = s.jobs.find(job.id);
     st.record = live != s.jobs.end() ? live->second : std::move(job);
     auto rt = s.runtime.find(st.record.id);
-    if (rt != s.runtime.end()) st.waiting = rt->second.waiting;
+    if (rt != s.runtime.end()) {
+      st.waiting = rt->second.waiting;
+      st.waiting_kind = rt->second.waiting_kind;
+      st.queue_position = rt->second.queue_position;
+    }
     st.goodput = s.goodput_of(st.record);
     out.push_back(std::move(st));
   }
@@ -342,7 +384,8 @@ Coordinator::Samples Coordinator::take_samples() {
 void Coordinator::tick() {
   std::lock_guard<std::mutex> lock(impl_->mu);
   Impl& s = *impl_;
-  for (Status st : {s.detect_timeouts(), s.finish_stops(), s.relax_suspects(), s.schedule()}) {
+  for (Status st : {s.detect_timeouts(), s.enforce_time_limits(), s.finish_stops(),
+                    s.relax_suspects(), s.schedule()}) {
     if (!st.ok()) s.log.warn("coordinator tick", {{"error", st.to_string()}});
   }
 }

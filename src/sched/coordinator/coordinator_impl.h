@@ -26,12 +26,18 @@ namespace kiln::sched {
 // death reaches the coordinator through another agent, usually within milliseconds).
 inline constexpr int64_t kCulpritSettleMs = 1000;
 
+// The settings key of the fair-share ledger (FairShareLedger::to_json).
+inline constexpr const char* kFairShareSetting = "fair_share";
+// How often the ledger is saved: a crash loses at most this much history.
+inline constexpr int64_t kFairShareSaveMs = 60'000;
+
 // One rank of a job's current attempt, as the agents last reported it.
 struct RankRuntime {
   bool running = false;
   bool ended = false;
   bool ok = false;  // ended with 0 (or 75 while stopping)
   int64_t step = -1;
+  double step_ms = 0;            // the newest step's time, for the checkpoint-age estimate
   int64_t progress_mono_ns = 0;  // when its step counter last moved (or the attempt began)
   char proc_state = '?';
   RankReport end;  // how it ended
@@ -47,6 +53,8 @@ struct JobRuntime {
   int64_t fault_mono_ns = 0;
   bool awaiting_recovery = false;  // set at a fault; cleared at the next attempt's first step
   std::string waiting;             // why the policy left it waiting
+  std::string waiting_kind;
+  int queue_position = 0;
   // A rank's own error exit waiting (kCulpritSettleMs) for a peer's report that may explain it.
   int64_t pending_exit_mono_ns = 0;
   RankReport pending_exit;
@@ -74,6 +82,11 @@ struct Coordinator::Impl {
   std::map<std::string, NodeRecord> nodes;
   std::map<std::string, NodeRuntime> node_runtime;
   Samples samples;
+  // Each team's decayed use, for fair share; saved to the settings table now and then so a
+  // coordinator restart keeps the history.
+  FairShareLedger ledger;
+  int64_t ledger_saved_mono_ns = 0;
+  int64_t ledger_advanced_mono_ns = 0;
 
   int64_t mono() const { return clock->monotonic_ns(); }
   int64_t wall() const { return clock->wall_ns(); }
@@ -94,9 +107,16 @@ struct Coordinator::Impl {
                const std::string& message, bool isolate = true);
   Status finish_stops();
   Status schedule();
+  Status preempt(JobRecord* job, const Preemption& p);
+  Status enforce_time_limits();
   Status mark_node_faulty(const std::string& node, const std::string& why,
                           std::vector<EventRecord>* events, StateStore::Batch* batch);
   Status relax_suspects();
+
+  // The policy's view of a node and of a job's spec (recovery.cc).
+  NodeView node_view(const std::string& name, const NodeRecord& node);
+  JobView job_view(const JobSpec& spec, const std::string& id,
+                   const std::vector<std::string>& avoid) const;
 
   // coordinator.cc
   JobRuntime& runtime_of(const JobRecord& job);

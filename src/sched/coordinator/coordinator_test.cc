@@ -47,7 +47,7 @@ class CoordinatorTest : public ::testing::Test {
     o.node_timeout_ms = 5000;
     o.cordon_faults = 2;
     Result<std::unique_ptr<Coordinator>> c =
-        Coordinator::open(o, store_.get(), make_fifo_gang_policy(), &clock_, Logger());
+        Coordinator::open(o, store_.get(), make_kiln_policy(), &clock_, Logger());
     ASSERT_TRUE(c.ok()) << c.status().to_string();
     coordinator_ = std::move(*c);
   }

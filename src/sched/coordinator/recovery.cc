@@ -18,6 +18,8 @@ int64_t backoff_ms(const JobSpec& spec, int restart) {
   return std::min(delay, std::max(spec.restart_backoff_max_ms, spec.restart_backoff_ms));
 }
 
+constexpr const char* kTimeLimitReason = "time limit reached";
+
 bool cancelled(const JobRecord& job) {
   return job.reason.rfind("cancelled by ", 0) == 0;
 }
@@ -246,6 +248,20 @@ Status Coordinator::Impl::finish_stops() {
       KILN_RETURN_IF_ERROR(write_job(&job, JobState::kCancelled, {}));
       continue;
     }
+    if (job.reason.rfind(kTimeLimitReason, 0) == 0) {
+      KILN_RETURN_IF_ERROR(write_job(&job, JobState::kFailed, {}));
+      continue;
+    }
+    if (job.reason.rfind("preempted by ", 0) == 0) {
+      // Requeued: the next attempt resumes from the checkpoint it wrote at SIGTERM. It keeps its
+      // submit time (its place in the order) and spends no restart.
+      ++job.attempt;
+      job.nodes.clear();
+      job.not_before_ns = 0;
+      KILN_RETURN_IF_ERROR(write_job(&job, JobState::kQueued,
+                                     {event(job, "requeued", {{"reason", job.reason}})}));
+      continue;
+    }
     if (all_clean && job.reason.empty()) {
       KILN_RETURN_IF_ERROR(write_job(&job, JobState::kSucceeded, {}));
       continue;
@@ -291,6 +307,60 @@ Status Coordinator::Impl::relax_suspects() {
   return Status();
 }
 
+NodeView Coordinator::Impl::node_view(const std::string& name, const NodeRecord& node) {
+  NodeView v;
+  v.name = name;
+  v.state = parse_node_state(node.state).value_or(NodeState::kDown);
+  auto label = [&](const char* key) {
+    auto it = node.labels.find(key);
+    return it == node.labels.end() ? std::string() : it->second;
+  };
+  v.pool = label("pool").empty() ? "default" : label("pool");
+  v.gpu_model = label("gpu_model");
+  // Failure domains from the rack and switch labels, outermost first.
+  const std::string rack = label("rack");
+  const std::string sw = label("switch");
+  if (!rack.empty() || !sw.empty()) v.domain = {rack, sw};
+  const NodeRuntime& nrt = node_runtime[name];
+  v.capacity.slots = std::max(node.slots, 1);
+  v.capacity.cpus = nrt.cpus;
+  v.capacity.memory_bytes = nrt.memory_bytes;
+  v.capacity.gpus = nrt.gpus;
+  return v;
+}
+
+JobView Coordinator::Impl::job_view(const JobSpec& spec, const std::string& id,
+                                    const std::vector<std::string>& avoid) const {
+  JobView v;
+  v.id = id;
+  v.queue = spec.queue;
+  v.priority = spec.priority;
+  v.nodes = std::max(spec.nodes, 1);
+  v.min_nodes = spec.effective_min_nodes();
+  const int rpn = std::max(spec.ranks_per_node, 1);
+  v.per_node.slots = rpn;
+  v.per_node.cpus = int64_t{rpn} * std::max(spec.resources.cpus, 1);
+  v.per_node.memory_bytes = int64_t{rpn} * spec.resources.memory_bytes;
+  v.per_node.gpus = int64_t{rpn} * spec.resources.gpus;
+  if (!spec.gpu_model.empty()) {
+    size_t start = 0;
+    while (true) {
+      const size_t bar = spec.gpu_model.find('|', start);
+      v.gpu_models.push_back(spec.gpu_model.substr(start, bar == std::string::npos ? bar : bar - start));
+      if (bar == std::string::npos) break;
+      start = bar + 1;
+    }
+  }
+  v.time_limit_s = static_cast<double>(spec.time_limit_ms) / 1e3;
+  v.topology.same = spec.topology_same == "switch" ? DomainLevel::kSwitch
+                    : spec.topology_same == "rack" ? DomainLevel::kRack
+                                                   : DomainLevel::kNone;
+  v.topology.required = spec.topology_required;
+  v.topology.spread = spec.topology_spread == "rack" ? DomainLevel::kRack : DomainLevel::kNone;
+  v.avoid = avoid;
+  return v;
+}
+
 Status Coordinator::Impl::schedule() {
   // Most calls find nothing waiting: answer before building a snapshot of every node.
   const int64_t now = wall();
@@ -302,56 +372,91 @@ Status Coordinator::Impl::schedule() {
       break;
     }
   }
-  if (!any_waiting) return Status();
+  // Nothing waits: only fair share needs the snapshot, and once a second is enough for it.
+  if (!any_waiting && mono() - ledger_advanced_mono_ns < 1000 * kNsPerMs) return Status();
+  ledger_advanced_mono_ns = mono();
   Snapshot snapshot;
-  std::map<std::string, size_t> index;
+  snapshot.now_s = static_cast<double>(now) / 1e9;
+  snapshot.queues = options.queues;
+  std::map<std::string, int32_t> index;
   for (const auto& [name, node] : nodes) {
-    NodeView v;
-    v.name = name;
-    v.state = parse_node_state(node.state).value_or(NodeState::kDown);
-    v.labels = node.labels;
-    v.slots = node.slots;
-    v.cpus = node_runtime[name].cpus;
-    v.memory_bytes = node_runtime[name].memory_bytes;
-    v.gpus = node_runtime[name].gpus;
-    index[name] = snapshot.nodes.size();
-    snapshot.nodes.push_back(std::move(v));
+    index[name] = static_cast<int32_t>(snapshot.nodes.size());
+    snapshot.nodes.push_back(node_view(name, node));
   }
   for (const auto& [id, job] : jobs) {
     const JobState st = state_of(job);
     if (has_processes(st)) {
+      JobView v = job_view(job.spec, id, {});
+      Allocation a;
+      a.job_id = id;
+      a.queue = job.spec.queue;
+      a.priority = job.spec.priority;
+      a.per_node = v.per_node;
       for (const std::string& n : job.nodes) {
         auto it = index.find(n);
         if (it == index.end()) continue;
-        snapshot.nodes[it->second].slots_used += job.spec.ranks_per_node;
-        NodeView& used = snapshot.nodes[it->second];
-        used.cpus_used += job.spec.ranks_per_node * job.spec.resources.cpus;
-        used.memory_used_bytes += job.spec.ranks_per_node * job.spec.resources.memory_bytes;
-        used.gpus_used += job.spec.ranks_per_node * job.spec.resources.gpus;
+        a.nodes.push_back(it->second);
+        NodeResources& used = snapshot.nodes[static_cast<size_t>(it->second)].used;
+        used.slots += v.per_node.slots;
+        used.cpus += v.per_node.cpus;
+        used.memory_bytes += v.per_node.memory_bytes;
+        used.gpus += v.per_node.gpus;
       }
+      a.stopping = st == JobState::kStopping;
+      // Attempts beyond the restarts are requeues after preemption.
+      a.preemptions = std::max(0, job.attempt - job.restarts);
+      auto rt = runtime.find(id);
+      const int64_t attempt_wall_ns =
+          rt == runtime.end() ? now : now - (mono() - rt->second.attempt_mono_ns);
+      a.start_s = static_cast<double>(attempt_wall_ns) / 1e9;
+      if (job.spec.time_limit_ms > 0) {
+        a.end_s = a.start_s + static_cast<double>(job.spec.time_limit_ms) / 1e3;
+      }
+      // The newest checkpoint, estimated from rank 0's step and the spec's interval: a
+      // preemption chooses the victim that loses the least work since it.
+      if (rt != runtime.end() && !rt->second.ranks.empty() && job.spec.checkpoint_every > 0 &&
+          !job.spec.checkpoint_dir.empty()) {
+        const RankRuntime& r0 = rt->second.ranks[0];
+        if (r0.step >= 0) {
+          const int64_t since = r0.step % job.spec.checkpoint_every;
+          a.last_checkpoint_s = snapshot.now_s - static_cast<double>(since) * r0.step_ms / 1e3;
+        }
+      }
+      snapshot.running.push_back(std::move(a));
       continue;
     }
     const bool waiting =
         st == JobState::kQueued || (st == JobState::kRestarting && job.not_before_ns <= now);
     if (!waiting) continue;
-    JobView v;
-    v.id = id;
-    // Jobs keep their submit order; ids are zero-padded sequence numbers.
-    v.seq = static_cast<int64_t>(job.submitted_ns);
-    v.nodes = std::max(job.spec.nodes, 1);
-    v.min_nodes = job.spec.effective_min_nodes();
-    v.ranks_per_node = std::max(job.spec.ranks_per_node, 1);
-    v.cpus_per_rank = std::max(job.spec.resources.cpus, 1);
-    v.memory_per_rank_bytes = job.spec.resources.memory_bytes;
-    v.gpus_per_rank = job.spec.resources.gpus;
     auto rt = runtime.find(id);
-    if (rt != runtime.end()) v.avoid = rt->second.avoid;
+    JobView v = job_view(job.spec, id, rt != runtime.end() ? rt->second.avoid : std::vector<std::string>{});
+    // Jobs keep their submit order; ids are zero-padded sequence numbers.
+    v.seq = job.submitted_ns;
+    v.submit_s = static_cast<double>(job.submitted_ns) / 1e9;
     snapshot.waiting.push_back(std::move(v));
   }
-  if (snapshot.waiting.empty()) return Status();
+  // Fair share follows what runs, whether or not anything waits.
+  ledger.advance(snapshot.now_s, team_shares(snapshot));
+  if (mono() - ledger_saved_mono_ns > kFairShareSaveMs * kNsPerMs) {
+    ledger_saved_mono_ns = mono();
+    Status saved = store->put_setting(kFairShareSetting, ledger.to_json().dump());
+    if (!saved.ok()) log.warn("fair-share history not saved", {{"error", saved.to_string()}});
+  }
+  if (!any_waiting || snapshot.waiting.empty()) return Status();
+  snapshot.team_usage = ledger.usage();
   Plan plan = policy->decide(snapshot);
-  for (const auto& [id, why] : plan.waiting)
-    runtime[id].waiting = why;
+  for (const auto& [id, w] : plan.waiting) {
+    JobRuntime& rt = runtime[id];
+    rt.waiting = w.reason;
+    rt.waiting_kind = w.kind;
+    rt.queue_position = w.position;
+  }
+  for (const Preemption& p : plan.preemptions) {
+    auto it = jobs.find(p.victim);
+    if (it == jobs.end()) continue;
+    JobRecord victim = it->second;
+    KILN_RETURN_IF_ERROR(preempt(&victim, p));
+  }
   for (const Placement& p : plan.placements) {
     auto it = jobs.find(p.job_id);
     if (it == jobs.end()) continue;
@@ -361,7 +466,11 @@ Status Coordinator::Impl::schedule() {
       KILN_RETURN_IF_ERROR(check_job_transition(JobState::kQueued, JobState::kAdmitted));
       job.state = "admitted";
       job.admitted_ns = wall();
-      events.push_back(event(job, "admitted", {{"policy", std::string(policy->name())}}));
+      events.push_back(event(job, "admitted",
+                             {{"policy", std::string(policy->name())},
+                              {"queue", job.spec.queue},
+                              {"borrowed", p.borrowed},
+                              {"backfilled", p.backfilled}}));
     }
     job.nodes = p.nodes;
     events.push_back(event(job, "placed", {{"nodes", p.nodes}, {"why", p.why}}));
@@ -379,7 +488,50 @@ Status Coordinator::Impl::schedule() {
     JobRuntime& rt = runtime[stored.id];
     rt.attempt = -1;  // a fresh attempt: every rank starts unreported
     rt.waiting.clear();
+    rt.waiting_kind.clear();
+    rt.queue_position = 0;
     runtime_of(stored);
+  }
+  return Status();
+}
+
+// A cooperative stop: SIGTERM, preempt_grace_ms to checkpoint and exit 75, SIGKILL after; then
+// finish_stops() queues the job again (no restart spent, the same checkpoint directory).
+Status Coordinator::Impl::preempt(JobRecord* job, const Preemption& p) {
+  const JobState st = state_of(*job);
+  if (st != JobState::kPlaced && st != JobState::kRunning) return Status();
+  JobRuntime& rt = runtime_of(*job);
+  job->reason = "preempted by " + p.for_job + ": " + p.why;
+  std::vector<EventRecord> events{
+      event(*job, "preempted", {{"by", p.for_job}, {"why", p.why}, {"grace_ms", options.preempt_grace_ms}})};
+  rt.stop_mono_ns = mono();
+  rt.stop_grace_ms = options.preempt_grace_ms;
+  rt.awaiting_recovery = false;
+  return write_job(job, JobState::kStopping, std::move(events));
+}
+
+// A job past its time limit is stopped like a cancel (it may checkpoint) and then fails.
+Status Coordinator::Impl::enforce_time_limits() {
+  const int64_t now = mono();
+  std::vector<std::string> over;
+  for (const auto& [id, job] : jobs) {
+    const JobState st = state_of(job);
+    if (job.spec.time_limit_ms <= 0 || (st != JobState::kPlaced && st != JobState::kRunning)) {
+      continue;
+    }
+    auto rt = runtime.find(id);
+    if (rt == runtime.end()) continue;
+    if ((now - rt->second.attempt_mono_ns) / kNsPerMs > job.spec.time_limit_ms) over.push_back(id);
+  }
+  for (const std::string& id : over) {
+    JobRecord job = jobs[id];
+    JobRuntime& rt = runtime_of(job);
+    job.reason = std::string(kTimeLimitReason) + " (" + std::to_string(job.spec.time_limit_ms) +
+                 " ms)";
+    rt.stop_mono_ns = mono();
+    rt.stop_grace_ms = options.cancel_grace_ms;
+    rt.awaiting_recovery = false;
+    KILN_RETURN_IF_ERROR(write_job(&job, JobState::kStopping, {}));
   }
   return Status();
 }

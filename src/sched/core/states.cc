@@ -27,7 +27,7 @@ constexpr std::array<std::pair<NodeState, std::string_view>, 4> kNodeNames{{
 
 using J = JobState;
 // The job table: every allowed (from, to). Anything else is refused.
-constexpr std::array<std::pair<JobState, JobState>, 18> kJobEdges{{
+constexpr std::array<std::pair<JobState, JobState>, 19> kJobEdges{{
     {J::kQueued, J::kAdmitted},
     {J::kQueued, J::kCancelled},
     {J::kAdmitted, J::kPlaced},
@@ -42,6 +42,7 @@ constexpr std::array<std::pair<JobState, JobState>, 18> kJobEdges{{
     {J::kStopping, J::kFailed},
     {J::kStopping, J::kCancelled},
     {J::kStopping, J::kSucceeded},  // every rank finished while being stopped
+    {J::kStopping, J::kQueued},     // preempted: requeued, resumes from its checkpoint
     {J::kRestarting, J::kPlaced},
     {J::kRestarting, J::kCancelled},
     {J::kRestarting, J::kFailed},  // no placement possible within the job's limits

@@ -1,0 +1,45 @@
+// The policy registry, and the submit-time test that a job fits the idle cluster.
+#include <kiln/sched/policy.h>
+
+#include "sched/policy/cluster.h"
+
+namespace kiln::sched {
+
+std::string_view domain_level_name(DomainLevel level) {
+  switch (level) {
+    case DomainLevel::kNone: return "none";
+    case DomainLevel::kRack: return "rack";
+    case DomainLevel::kSwitch: return "switch";
+  }
+  return "none";
+}
+
+std::unique_ptr<Policy> make_policy(std::string_view name) {
+  if (name == "kiln") return make_kiln_policy();
+  if (name == "fifo") return make_fifo_policy();
+  if (name == "easy") return make_easy_policy();
+  return nullptr;
+}
+
+bool fits_idle_cluster(const JobView& job, const std::vector<NodeView>& nodes, std::string* why) {
+  Snapshot idle;
+  idle.nodes = nodes;
+  for (NodeView& n : idle.nodes) {
+    n.used = NodeResources{};
+    n.state = NodeState::kReady;  // cordoned and down nodes come back
+  }
+  const policy_internal::Cluster cluster(idle);
+  policy_internal::Shape shape = cluster.shape_of(job);
+  shape.max_nodes = shape.min_nodes;
+  if (policy_internal::choose_nodes(cluster, cluster.free, shape, nullptr,
+                                    policy_internal::Fit::kBest, nullptr)) {
+    return true;
+  }
+  std::string kind;
+  *why = policy_internal::explain_no_fit(cluster, cluster.free, shape, &kind);
+  const auto at = why->find(" have it now");
+  if (at != std::string::npos) why->replace(at, 12, " have it even when idle");
+  return false;
+}
+
+}  // namespace kiln::sched
