@@ -30,8 +30,10 @@ Why these distributions:
     bursts of 20-200 jobs with one shape, queue and priority, submitted within 1-10 minutes;
   - the span of the submissions makes the offered load (the work to serve, sum of
     gpus * min(duration, time_limit), CPUs with --cpu-only, over capacity * span) equal --load.
-Queues team-a..d submit 40/30/20/10% of the jobs, have weights 4/3/2/1, quotas in proportion
-(summing to the cluster), may borrow half the cluster, all in cohort "main". Priority 0 (87% of
+Queues team-a..d submit 40/30/20/10% of the jobs, have weights 4/3/2/1, GPU quotas in proportion
+(summing to the cluster's GPUs; CPUs with --cpu-only) and may borrow half the cluster's, all in
+cohort "main". Nodes and the other resource have no quota: jobs share nodes, and counting a 1-GPU
+job as a whole node would make the node quota, not the GPUs, the limit. Priority 0 (87% of
 the jobs), 10 (10%), 100 (3%). Exit status: 0; 2 on bad flags.
 """
 import argparse
@@ -231,12 +233,17 @@ def main():
               [[f"j{i + 1:06d}", t, d, lim, n, c, mem, g, model, q, p]
                for i, (t, n, c, mem, g, model, q, p, d, lim) in enumerate(jobs)])
     totals = [len(nodes), sum(r[1] for r in nodes), sum(r[3] for r in nodes)]
-    shares = [apportion(total, list(QUEUES.values())) for total in totals]
+    limited = 1 if args.cpu_only else 2  # the one resource with a quota: CPUs or GPUs
+    shares = apportion(totals[limited], list(QUEUES.values()))
+    rows = []
+    for i, (q, w) in enumerate(QUEUES.items()):
+        quota, borrow = ["", "", ""], ["", "", ""]
+        quota[limited] = shares[i]
+        borrow[limited] = totals[limited] // 2
+        rows.append([q, q.split("-", 1)[1], "main", w] + quota + borrow)
     write_csv(args.out_dir, "queues.csv",
               "name,team,cohort,weight,quota_nodes,quota_cpus,quota_gpus,"
-              "borrow_nodes,borrow_cpus,borrow_gpus",
-              [[q, q.split("-", 1)[1], "main", w] + [s[i] for s in shares]
-               + [total // 2 for total in totals] for i, (q, w) in enumerate(QUEUES.items())])
+              "borrow_nodes,borrow_cpus,borrow_gpus", rows)
     span = jobs[-1][0]
     load = f"{work / (capacity * span):.3f}" if span else "n/a"
     print(f"nodes={totals[0]} gpus={totals[2]} cpus={totals[1]} jobs={len(jobs)} span_s={span} "

@@ -28,9 +28,9 @@
 #include <kiln/sched/api.h>
 #include <kiln/sched/auth.h>
 #include <kiln/sched/coordinator.h>
-#include <kiln/sched/queue_config.h>
 #include <kiln/sched/daemons.h>
 #include <kiln/sched/policy.h>
+#include <kiln/sched/queue_config.h>
 #include <kiln/sched/secret_box.h>
 #include <kiln/sched/state_store.h>
 

@@ -18,5 +18,6 @@ kiln_tests(NAME sched
     coordinator/api_test.cc
     coordinator/auth_test.cc
     coordinator/coordinator_test.cc
+    coordinator/queue_config_test.cc
     core/states_test.cc
   DEPS kiln_sched)

@@ -241,7 +241,8 @@ void read_spec(ConfigReader root, JobSpec* spec) {
   }
   read_duration(root, "time_limit", 0, &spec->time_limit_ms);
   root.read_string("gpu_model", &spec->gpu_model);
-  if (readable_scalar(root, "gpu_model")) check_at(root, "gpu_model", check_gpu_models(spec->gpu_model));
+  if (readable_scalar(root, "gpu_model"))
+    check_at(root, "gpu_model", check_gpu_models(spec->gpu_model));
   ConfigReader topology = root.section("topology");
   topology.read_enum("same", &spec->topology_same, {"none", "rack", "switch"})
       .read_bool("required", &spec->topology_required)

@@ -48,8 +48,8 @@
 #include <kiln/base/clock.h>
 #include <kiln/base/log.h>
 #include <kiln/base/result.h>
-#include <kiln/sched/job_spec.h>
 #include <kiln/sched/fair_share.h>
+#include <kiln/sched/job_spec.h>
 #include <kiln/sched/policy.h>
 #include <kiln/sched/state_store.h>
 #include <kiln/sched/states.h>
@@ -145,11 +145,11 @@ struct AgentAnswer {
 
 // What `kiln status` shows of a job.
 struct JobStatus {
-  JobRecord record;     // spec secrets are redacted by the API, not here
-  std::string waiting;  // why a waiting job waits (from the last plan)
+  JobRecord record;          // spec secrets are redacted by the API, not here
+  std::string waiting;       // why a waiting job waits (from the last plan)
   std::string waiting_kind;  // WaitInfo::kind: quota, capacity, reserved, behind, preempting, ..
   int queue_position = 0;    // 1-based among the waiting jobs of its queue; 0: not waiting
-  double goodput = 0;   // productive step time / wall time since admission
+  double goodput = 0;        // productive step time / wall time since admission
 };
 
 class Coordinator {

@@ -101,11 +101,11 @@ struct JobSpec {
   int64_t progress_timeout_ms = 300000;    // no step heartbeat for this long: hung (> 0)
   int64_t start_timeout_ms = 600000;  // placed ranks must report a first step within this (> 0)
   PreflightLevel preflight = PreflightLevel::kNone;
-  int64_t time_limit_ms = 0;               // 0: none
-  std::string gpu_model;                   // "" any; "A|B" either
-  std::string topology_same = "none";      // none | rack | switch
-  bool topology_required = false;          // same is a requirement, not a preference
-  std::string topology_spread = "none";    // none | rack
+  int64_t time_limit_ms = 0;             // 0: none
+  std::string gpu_model;                 // "" any; "A|B" either
+  std::string topology_same = "none";    // none | rack | switch
+  bool topology_required = false;        // same is a requirement, not a preference
+  std::string topology_spread = "none";  // none | rack
 
   // min_nodes, or nodes when min_nodes is 0.
   int effective_min_nodes() const;

@@ -162,8 +162,8 @@ struct WaitInfo {
   std::string kind;
   std::string reason;
   std::string queue;
-  int position = 0;       // 1-based, among this plan's waiting jobs of the same queue
-  double start_s = -1;    // the reserved start (kind "reserved"), else -1
+  int position = 0;     // 1-based, among this plan's waiting jobs of the same queue
+  double start_s = -1;  // the reserved start (kind "reserved"), else -1
 };
 
 struct Plan {

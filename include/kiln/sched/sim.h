@@ -65,6 +65,9 @@ struct SimOptions {
   double fair_share_half_life_s = 24 * 3600.0;
   // Stop after this many cycles (0: run the trace to its end); the report covers what happened.
   size_t cycles_max = 0;
+  // Time only the cycles that start with at least this many jobs waiting (the scale benchmark's
+  // "cycle at N queued jobs"); the others still run.
+  size_t timing_queued_min = 0;
 };
 
 // What happened to one job.
@@ -82,7 +85,7 @@ struct SimOutcome {
   int preemptions = 0;
   bool reserved_head = false;  // it was the first blocked job (held the reservation) at some point
   double first_reserved_start_s = -1;  // the start reserved for it when it first became head
-  std::vector<std::string> nodes;  // of its last attempt
+  std::vector<std::string> nodes;      // of its last attempt
 };
 
 struct SimReport {
@@ -100,6 +103,7 @@ struct SimReport {
   double cycle_ms_median = 0;
   double cycle_ms_p99 = 0;
   size_t cycles = 0;
+  size_t cycles_timed = 0;   // those with at least timing_queued_min jobs waiting
   size_t queued_max = 0;     // the most jobs waiting at one cycle
   double queued_median = 0;  // waiting jobs at a cycle, median
   // Starvation: the largest wait / (5 x duration + the longest time limit) over completed jobs;

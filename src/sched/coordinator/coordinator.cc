@@ -156,11 +156,16 @@ Result<JobRecord> Coordinator::submit(const Caller& caller, JobSpec spec,
                                       "' belongs to team " + team + ", not " + caller.team);
     }
   }
-  if (!s.nodes.empty()) {
-    // A job no node could ever hold is refused now, never left to block its queue.
-    std::vector<NodeView> views;
-    for (const auto& [name, node] : s.nodes)
-      views.push_back(s.node_view(name, node));
+  // A job no node could ever hold is refused now, never left to block its queue. Judged on the
+  // nodes whose capacities this coordinator has heard (after a restart, until every agent has
+  // reported again, a GPU job is not refused for want of GPUs nobody has reported yet).
+  std::vector<NodeView> views;
+  bool all_reported = true;
+  for (const auto& [name, node] : s.nodes) {
+    all_reported = all_reported && (node.state == "down" || s.node_runtime[name].reported);
+    views.push_back(s.node_view(name, node));
+  }
+  if (!views.empty() && all_reported) {
     std::string why;
     if (!fits_idle_cluster(s.job_view(spec, "", {}), views, &why)) {
       return Status::invalid_argument("job '" + spec.name + "' can never run here: " + why);

@@ -64,6 +64,9 @@ struct JobRuntime {
 
 struct NodeRuntime {
   int64_t report_mono_ns = 0;  // the last report (or the coordinator's start)
+  // The capacities below came from a report of this coordinator's lifetime (after a restart
+  // they are unknown until the agent reports again).
+  bool reported = false;
   int cpus = 0;
   int64_t memory_bytes = 0;
   int gpus = 0;

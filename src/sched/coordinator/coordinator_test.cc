@@ -46,8 +46,12 @@ class CoordinatorTest : public ::testing::Test {
     o.kiln_binary = "/opt/kiln";
     o.node_timeout_ms = 5000;
     o.cordon_faults = 2;
+    o.queues = queues_;
+    o.preempt_grace_ms = 5000;
+    KilnPolicyOptions policy;
+    policy.preempt_min_runtime_s = 0;
     Result<std::unique_ptr<Coordinator>> c =
-        Coordinator::open(o, store_.get(), make_kiln_policy(), &clock_, Logger());
+        Coordinator::open(o, store_.get(), make_kiln_policy(policy), &clock_, Logger());
     ASSERT_TRUE(c.ok()) << c.status().to_string();
     coordinator_ = std::move(*c);
   }
@@ -155,6 +159,7 @@ class CoordinatorTest : public ::testing::Test {
   std::unique_ptr<StateStore> store_;
   std::unique_ptr<Coordinator> coordinator_;
   Caller admin_{"admin", "ops", true};
+  std::vector<QueueSpec> queues_;
 };
 
 TEST_F(CoordinatorTest, ASubmittedJobIsPlacedAsAGangAndRuns) {
@@ -437,6 +442,141 @@ TEST_F(CoordinatorTest, CancelStopsTheRanksAndEndsCancelled) {
   }
   EXPECT_EQ(job(id).state, "cancelled");
   EXPECT_TRUE(report("local-0").ranks.empty());
+}
+
+TEST_F(CoordinatorTest, SubmitChecksTheQueueItsTeamAndThatTheJobCanEverFit) {
+  QueueSpec research;
+  research.name = "research";
+  research.team = "research";
+  QueueSpec ops;
+  ops.name = "ops";
+  ops.team = "ops";
+  queues_ = {research, ops};
+  open();
+  for (int i = 0; i < 4; ++i)
+    report(node(i));  // capacities are judged once this coordinator has heard them
+  const Caller alice{"alice", "research", false};
+  JobSpec s = spec();
+  s.queue = "ops";
+  Result<JobRecord> r = coordinator_->submit(alice, s, "/work");
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.status().message().find("belongs to team ops, not research"), std::string::npos)
+      << r.status().message();
+  s.queue = "nope";
+  r = coordinator_->submit(alice, s, "/work");
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.status().message().find("queues are: research, ops"), std::string::npos)
+      << r.status().message();
+  s.queue = "research";
+  s.resources.gpus = 1;  // the nodes have none
+  r = coordinator_->submit(alice, s, "/work");
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.status().message().find("can never run here"), std::string::npos)
+      << r.status().message();
+  s.resources.gpus = 0;
+  EXPECT_TRUE(coordinator_->submit(alice, s, "/work").ok());
+  s.queue = "ops";
+  EXPECT_TRUE(coordinator_->submit(admin_, s, "/work").ok());  // an admin may use any queue
+}
+
+TEST_F(CoordinatorTest, AHigherPriorityJobPreemptsAndTheVictimIsRequeuedWithoutARestart) {
+  JobSpec low = spec(4);
+  low.ranks_per_node = 2;  // every slot of the cluster
+  const std::string victim = submit(low);
+  auto assigned = run_all(3);
+  EXPECT_EQ(job(victim).state, "running");
+  JobSpec high = spec(2);
+  high.name = "urgent";
+  high.priority = 10;
+  const std::string urgent = submit(high);
+  EXPECT_EQ(job(victim).state, "stopping");
+  EXPECT_EQ(job(urgent).state, "queued");
+  Result<JobStatus> waiting = coordinator_->job(admin_, urgent);
+  ASSERT_TRUE(waiting.ok());
+  EXPECT_EQ(waiting->waiting_kind, "preempting");
+  EXPECT_EQ(waiting->queue_position, 1);
+  EventRecord preempted = last_event(victim, "preempted");
+  EXPECT_EQ(preempted.detail["by"], urgent);
+  EXPECT_EQ(preempted.detail["grace_ms"], 5000);
+  // The victim's ranks are told to stop with the preemption's grace; they exit 75.
+  for (auto& [name, ranks] : assigned) {
+    AgentAnswer a = report(name);
+    ASSERT_EQ(a.ranks.size(), 2u);
+    std::vector<RankReport> ended;
+    for (const RankAssignment& assignment : a.ranks) {
+      EXPECT_TRUE(assignment.stop);
+      EXPECT_EQ(assignment.grace_ms, 5000);
+      RankReport r = running(assignment, 3);
+      r.running = false;
+      r.exited = true;
+      r.code = 75;
+      r.stopped_by_agent = true;
+      ended.push_back(r);
+    }
+    report(name, ended);
+  }
+  coordinator_->tick();
+  const JobRecord v = job(victim);
+  EXPECT_EQ(v.state, "queued");
+  EXPECT_EQ(v.attempt, 1);
+  EXPECT_EQ(v.restarts, 0);
+  EXPECT_EQ(job(urgent).state, "placed");
+  const std::vector<std::string> types = event_types(victim);
+  EXPECT_EQ(std::vector<std::string>(types.end() - 4, types.end()),
+            (std::vector<std::string>{"preempted", "stopping", "requeued", "queued"}));
+}
+
+TEST_F(CoordinatorTest, AJobPastItsTimeLimitIsStoppedAndFails) {
+  JobSpec s = spec(1);
+  s.time_limit_ms = 2000;
+  const std::string id = submit(s);
+  auto assigned = run_all(1);
+  clock_.advance_ns(1500 * kMs);
+  coordinator_->tick();
+  EXPECT_EQ(job(id).state, "running");
+  clock_.advance_ns(1000 * kMs);
+  coordinator_->tick();
+  EXPECT_EQ(job(id).state, "stopping");
+  for (auto& [name, ranks] : assigned) {
+    if (ranks.empty()) continue;
+    RankReport r = running(ranks[0], 1);
+    r.running = false;
+    r.exited = true;
+    r.code = 75;
+    r.stopped_by_agent = true;
+    report(name, {r});
+  }
+  coordinator_->tick();
+  const JobRecord j = job(id);
+  EXPECT_EQ(j.state, "failed");
+  EXPECT_NE(j.reason.find("time limit reached"), std::string::npos) << j.reason;
+}
+
+TEST_F(CoordinatorTest, APreemptedJobWhoseRanksAllFinishInTheGraceSucceeds) {
+  JobSpec low = spec(4);
+  low.ranks_per_node = 2;
+  const std::string victim = submit(low);
+  run_all(3);
+  JobSpec high = spec(2);
+  high.name = "urgent";
+  high.priority = 10;
+  submit(high);
+  ASSERT_EQ(job(victim).state, "stopping");
+  for (int i = 0; i < 4; ++i) {
+    AgentAnswer a = report(node(i));
+    std::vector<RankReport> ended;
+    for (const RankAssignment& assignment : a.ranks) {
+      if (assignment.job_id != victim) continue;
+      RankReport r = running(assignment, 3);
+      r.running = false;
+      r.exited = true;
+      r.code = 0;  // it had just finished its last step
+      ended.push_back(r);
+    }
+    report(node(i), ended);
+  }
+  coordinator_->tick();
+  EXPECT_EQ(job(victim).state, "succeeded");
 }
 
 }  // namespace

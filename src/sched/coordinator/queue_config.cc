@@ -14,8 +14,7 @@ bool plain(const std::string& s) {
   return true;
 }
 
-void read_vectors(ConfigReader section, std::map<std::string, QuotaVector>* out,
-                  int64_t unnamed) {
+void read_vectors(ConfigReader section, std::map<std::string, QuotaVector>* out, int64_t unnamed) {
   for (const std::string& pool : section.keys()) {
     if (!plain(pool)) section.report(pool, "pool '" + pool + "' is not a plain name");
     QuotaVector v{unnamed, unnamed, unnamed};
@@ -39,8 +38,9 @@ Result<std::vector<QueueSpec>> from_document(const ConfigDocument& doc) {
     QueueSpec q;
     q.name = name;
     ConfigReader r = queues.section(name);
-    r.read_string("team", &q.team).read_string("cohort", &q.cohort).read_double("weight", &q.weight,
-                                                                                 1e-6, 1e6);
+    r.read_string("team", &q.team)
+        .read_string("cohort", &q.cohort)
+        .read_double("weight", &q.weight, 1e-6, 1e6);
     if (q.team.empty()) q.team = name;
     read_vectors(r.section("quota"), &q.quota, -1);
     read_vectors(r.section("borrow"), &q.borrow, 0);
@@ -48,6 +48,16 @@ Result<std::vector<QueueSpec>> from_document(const ConfigDocument& doc) {
       r.report("borrow", "borrowing needs a cohort to borrow from");
     }
     out.push_back(std::move(q));
+  }
+  // Fair share is per team: one team, one weight.
+  for (size_t i = 0; i < out.size(); ++i) {
+    for (size_t j = 0; j < i; ++j) {
+      if (out[i].team == out[j].team && out[i].weight != out[j].weight) {
+        queues.report(out[i].name, "team " + out[i].team + " has weight " +
+                                       std::to_string(out[j].weight) + " in queue " + out[j].name +
+                                       "; one team has one weight");
+      }
+    }
   }
   KILN_RETURN_IF_ERROR(doc.finish());
   if (out.empty()) {

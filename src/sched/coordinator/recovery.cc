@@ -19,6 +19,7 @@ int64_t backoff_ms(const JobSpec& spec, int restart) {
 }
 
 constexpr const char* kTimeLimitReason = "time limit reached";
+constexpr const char* kPreemptedReason = "preempted by ";
 
 bool cancelled(const JobRecord& job) {
   return job.reason.rfind("cancelled by ", 0) == 0;
@@ -248,18 +249,26 @@ Status Coordinator::Impl::finish_stops() {
       KILN_RETURN_IF_ERROR(write_job(&job, JobState::kCancelled, {}));
       continue;
     }
-    if (job.reason.rfind(kTimeLimitReason, 0) == 0) {
+    const bool timed_out = job.reason.rfind(kTimeLimitReason, 0) == 0;
+    const bool preempted = job.reason.rfind(kPreemptedReason, 0) == 0;
+    if (all_clean && (timed_out || preempted)) {
+      // Every rank finished its work (exit 0) within the grace: the job is done.
+      job.reason.clear();
+      KILN_RETURN_IF_ERROR(write_job(&job, JobState::kSucceeded, {}));
+      continue;
+    }
+    if (timed_out) {
       KILN_RETURN_IF_ERROR(write_job(&job, JobState::kFailed, {}));
       continue;
     }
-    if (job.reason.rfind("preempted by ", 0) == 0) {
+    if (preempted) {
       // Requeued: the next attempt resumes from the checkpoint it wrote at SIGTERM. It keeps its
       // submit time (its place in the order) and spends no restart.
       ++job.attempt;
       job.nodes.clear();
       job.not_before_ns = 0;
-      KILN_RETURN_IF_ERROR(write_job(&job, JobState::kQueued,
-                                     {event(job, "requeued", {{"reason", job.reason}})}));
+      KILN_RETURN_IF_ERROR(
+          write_job(&job, JobState::kQueued, {event(job, "requeued", {{"reason", job.reason}})}));
       continue;
     }
     if (all_clean && job.reason.empty()) {
@@ -346,7 +355,8 @@ JobView Coordinator::Impl::job_view(const JobSpec& spec, const std::string& id,
     size_t start = 0;
     while (true) {
       const size_t bar = spec.gpu_model.find('|', start);
-      v.gpu_models.push_back(spec.gpu_model.substr(start, bar == std::string::npos ? bar : bar - start));
+      v.gpu_models.push_back(
+          spec.gpu_model.substr(start, bar == std::string::npos ? bar : bar - start));
       if (bar == std::string::npos) break;
       start = bar + 1;
     }
@@ -429,7 +439,8 @@ Status Coordinator::Impl::schedule() {
         st == JobState::kQueued || (st == JobState::kRestarting && job.not_before_ns <= now);
     if (!waiting) continue;
     auto rt = runtime.find(id);
-    JobView v = job_view(job.spec, id, rt != runtime.end() ? rt->second.avoid : std::vector<std::string>{});
+    JobView v =
+        job_view(job.spec, id, rt != runtime.end() ? rt->second.avoid : std::vector<std::string>{});
     // Jobs keep their submit order; ids are zero-padded sequence numbers.
     v.seq = job.submitted_ns;
     v.submit_s = static_cast<double>(job.submitted_ns) / 1e9;
@@ -501,9 +512,10 @@ Status Coordinator::Impl::preempt(JobRecord* job, const Preemption& p) {
   const JobState st = state_of(*job);
   if (st != JobState::kPlaced && st != JobState::kRunning) return Status();
   JobRuntime& rt = runtime_of(*job);
-  job->reason = "preempted by " + p.for_job + ": " + p.why;
+  job->reason = kPreemptedReason + p.for_job + ": " + p.why;
   std::vector<EventRecord> events{
-      event(*job, "preempted", {{"by", p.for_job}, {"why", p.why}, {"grace_ms", options.preempt_grace_ms}})};
+      event(*job, "preempted",
+            {{"by", p.for_job}, {"why", p.why}, {"grace_ms", options.preempt_grace_ms}})};
   rt.stop_mono_ns = mono();
   rt.stop_grace_ms = options.preempt_grace_ms;
   rt.awaiting_recovery = false;
@@ -526,8 +538,8 @@ Status Coordinator::Impl::enforce_time_limits() {
   for (const std::string& id : over) {
     JobRecord job = jobs[id];
     JobRuntime& rt = runtime_of(job);
-    job.reason = std::string(kTimeLimitReason) + " (" + std::to_string(job.spec.time_limit_ms) +
-                 " ms)";
+    job.reason =
+        std::string(kTimeLimitReason) + " (" + std::to_string(job.spec.time_limit_ms) + " ms)";
     rt.stop_mono_ns = mono();
     rt.stop_grace_ms = options.cancel_grace_ms;
     rt.awaiting_recovery = false;

@@ -47,6 +47,7 @@ Status Coordinator::Impl::register_node(const AgentReport& report, bool* changed
   nrt.cpus = report.cpus;
   nrt.memory_bytes = report.memory_bytes;
   nrt.gpus = report.gpus;
+  nrt.reported = true;
   auto it = nodes.find(report.node);
   if (it == nodes.end()) {
     NodeRecord node;

@@ -60,7 +60,8 @@ class OrderedPolicy final : public Policy {
       }
       const Shape shape = cluster.shape_of(job);
       const double end_s = job.time_limit_s > 0 ? s.now_s + job.time_limit_s : kNever;
-      const bool limited = reservation.has_value() && end_s > reservation->start_s;
+      const bool limited =
+          reservation.has_value() && policy_internal::outlives(end_s, *reservation);
       std::optional<Choice> c = policy_internal::choose_nodes(
           cluster, free, shape, nullptr, Fit::kFirst, limited ? &reservation->limit : nullptr);
       if (c) {
@@ -81,8 +82,8 @@ class OrderedPolicy final : public Policy {
       }
       head = job.id;
       if (backfill_) {
-        reservation = policy_internal::reserve(cluster, free, releases, shape, nullptr,
-                                               Fit::kFirst, s.now_s);
+        reservation =
+            policy_internal::reserve(cluster, free, releases, shape, nullptr, Fit::kFirst, s.now_s);
       }
       if (reservation) {
         wait("reserved", "first in line: " + reason, reservation->start_s);

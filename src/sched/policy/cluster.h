@@ -57,7 +57,7 @@ class Cluster {
   explicit Cluster(const Snapshot& snapshot);
 
   size_t size() const { return free.size(); }
-  Shape shape_of(const JobView& job) const;  // pools: all
+  Shape shape_of(const JobView& job) const;    // pools: all
   int pool_id(const std::string& name) const;  // -1: no node has it
   const std::string& name(size_t i) const { return (*nodes_)[i].name; }
   const NodeView& node(size_t i) const { return (*nodes_)[i]; }
@@ -70,8 +70,8 @@ class Cluster {
   std::vector<Amount> free;
   std::vector<uint8_t> usable;   // not cordoned, not down
   std::vector<uint8_t> suspect;  // usable but a fault pointed at it recently
-  std::vector<uint8_t> model;    // id; 63 for "no GPU model"
-  std::vector<uint8_t> pool;     // id < 64
+  std::vector<uint8_t> model;    // id; 62: no GPU model; 63: a model beyond the 62 a mask holds
+  std::vector<uint8_t> pool;     // id; 63: a pool beyond the 62 a mask holds (never matched alone)
   std::vector<int32_t> rack;     // id per distinct rack path
   std::vector<int32_t> sw;       // id per distinct (rack, switch) path
   std::vector<std::string> pool_names, model_names, rack_names, switch_names;

@@ -19,8 +19,8 @@ NodeResources cluster_totals(const std::vector<NodeView>& nodes) {
 }
 
 double dominant_share(const NodeResources& per_node, int64_t nodes, const NodeResources& totals) {
-  double share = totals.slots > 0 ? static_cast<double>(nodes) / static_cast<double>(totals.slots)
-                                  : 0;
+  double share =
+      totals.slots > 0 ? static_cast<double>(nodes) / static_cast<double>(totals.slots) : 0;
   auto consider = [&](int64_t each, int64_t total) {
     if (total > 0) share = std::max(share, static_cast<double>(each * nodes) / total);
   };

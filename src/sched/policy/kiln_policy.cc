@@ -41,12 +41,34 @@ struct Failure {
   std::string kind, reason;
 };
 
+// The pool a blocked job waits in: the first within its quota, then the first it may borrow in,
+// that has enough matching nodes for it; else the first it may use at all.
+uint64_t home_pool(const Cluster& cluster, const Shape& shape, uint64_t nominal, uint64_t borrow) {
+  const size_t pools = cluster.pool_names.size();
+  const uint64_t any = nominal | borrow;
+  if (pools <= 1 || (any & (any - 1)) == 0) return any;
+  for (const uint64_t mask : {nominal, borrow}) {
+    for (size_t p = 0; p < pools; ++p) {
+      if (!((mask >> p) & 1)) continue;
+      Shape one = shape;
+      one.pools = uint64_t{1} << p;
+      int matching = 0;
+      for (size_t i = 0; i < cluster.size() && matching < shape.min_nodes; ++i)
+        matching += cluster.matches(i, one);
+      if (matching >= shape.min_nodes) return one.pools;
+    }
+  }
+  return any & (~any + 1);  // the lowest bit
+}
+
+// Failed shapes remembered per plan: a bound on the comparisons per job.
+constexpr size_t kFailuresMax = 256;
+
 bool dominated(const Shape& s, bool limited, const Failure& f) {
   const Shape& g = f.shape;
   return (!f.limited || limited) && s.need.slots >= g.need.slots && s.need.cpus >= g.need.cpus &&
          s.need.memory >= g.need.memory && s.need.gpus >= g.need.gpus &&
-         (s.models & ~g.models) == 0 && (s.pools & ~g.pools) == 0 &&
-         s.min_nodes >= g.min_nodes &&
+         (s.models & ~g.models) == 0 && (s.pools & ~g.pools) == 0 && s.min_nodes >= g.min_nodes &&
          static_cast<int>(s.topology.same) * s.topology.required >=
              static_cast<int>(g.topology.same) * g.topology.required &&
          s.topology.spread == g.topology.spread;
@@ -71,13 +93,16 @@ class KilnPolicy final : public Policy {
       any_stopping = any_stopping || stopping[a];
     }
     const std::vector<uint8_t> borrowed = book.borrowed(s, cluster);
-    // Cheap tests before a victim search: the lowest priority running in each queue, and the
-    // queues whose cohort has a borrower to reclaim from.
+    // The allocations a preemption may take (victims()), and cheap tests before a victim search:
+    // the lowest priority among them per queue, and the queues whose cohort has a borrower among
+    // them to reclaim from. A cycle with 5,000 blocked jobs and no possible victim costs nothing.
+    std::vector<size_t> victims_possible;
     std::map<std::string, int> lowest_priority;
     std::set<int> lenders;
     for (size_t a = 0; a < s.running.size(); ++a) {
       const Allocation& al = s.running[a];
-      if (al.stopping || !al.preemptible) continue;
+      if (!victim_ok(al, s.now_s)) continue;
+      victims_possible.push_back(a);
       auto [it, fresh] = lowest_priority.emplace(al.queue, al.priority);
       if (!fresh) it->second = std::min(it->second, al.priority);
       const int aq = book.queue(al.queue);
@@ -101,8 +126,8 @@ class KilnPolicy final : public Policy {
           dominant_share(a.per_node, static_cast<int64_t>(a.nodes.size()), totals);
     auto fair_key = [&](const std::string& team) {
       auto u = s.team_usage.find(team);
-      const double used = (u == s.team_usage.end() ? 0 : u->second) +
-                          options_.fair_share_lookahead_s * share[team];
+      const double used =
+          (u == s.team_usage.end() ? 0 : u->second) + options_.fair_share_lookahead_s * share[team];
       auto w = weight.find(team);
       return used / (w == weight.end() ? 1.0 : w->second);
     };
@@ -116,10 +141,10 @@ class KilnPolicy final : public Policy {
     for (size_t j = 0; j < s.waiting.size(); ++j) {
       const JobView& job = s.waiting[j];
       const double waited = s.now_s - job.submit_s;
-      const double bound = job.time_limit_s > 0
-                               ? std::max(options_.starvation_factor * job.time_limit_s,
-                                          options_.starvation_min_s)
-                               : options_.starvation_no_limit_s;
+      const double bound =
+          job.time_limit_s > 0
+              ? std::max(options_.starvation_factor * job.time_limit_s, options_.starvation_min_s)
+              : options_.starvation_no_limit_s;
       by_team[team_of(job.queue)].push_back(Item{j, waited > bound});
     }
     auto before = [&](const Item& a, const Item& b) {
@@ -161,6 +186,7 @@ class KilnPolicy final : public Policy {
     std::vector<std::vector<int32_t>> placed_nodes;
     placed_nodes.reserve(s.waiting.size());
     std::vector<Failure> failures;
+    failures.reserve(kFailuresMax);  // `known` points into it: it must never reallocate
     std::map<std::string, int> positions;
     std::unordered_map<std::string, size_t> node_index;
     size_t preempt_tries = 0;
@@ -236,7 +262,8 @@ class KilnPolicy final : public Policy {
         continue;
       }
       const double end_s = job.time_limit_s > 0 ? s.now_s + job.time_limit_s : kNever;
-      const bool limited = reservation.has_value() && end_s > reservation->start_s;
+      const bool limited =
+          reservation.has_value() && policy_internal::outlives(end_s, *reservation);
       std::vector<uint8_t> avoid;
       if (!job.avoid.empty()) {
         if (node_index.empty())
@@ -269,7 +296,7 @@ class KilnPolicy final : public Policy {
           if (choice) {
             on_borrowed = pass == 1;
             pool_used = p;
-          } else if (failures.size() < 256) {
+          } else if (failures.size() < kFailuresMax) {
             Failure f{shape, limited, "", ""};
             f.reason = policy_internal::explain_no_fit(cluster, free, shape, &f.kind);
             if (limited) {
@@ -281,7 +308,9 @@ class KilnPolicy final : public Policy {
           }
         }
       }
-      shape.pools = nominal | borrow;
+      // Blocked: what follows (waiting for stopping jobs, preemption, the reservation) looks at
+      // one pool, as placement does: a gang never spans pools.
+      shape.pools = home_pool(cluster, shape, nominal, borrow);
       if (choice) {
         Placement p;
         p.job_id = job.id;
@@ -296,11 +325,11 @@ class KilnPolicy final : public Policy {
         plan.placements.push_back(std::move(p));
         policy_internal::commit(choice->nodes, shape.need, end_s, &free,
                                 reservation ? &*reservation : nullptr);
-        book.charge(q, pool_used,
-                    policy_internal::usage_of(job.per_node,
-                                              static_cast<int64_t>(choice->nodes.size())));
-        share[lane.team] += dominant_share(
-            job.per_node, static_cast<int64_t>(choice->nodes.size()), totals);
+        book.charge(
+            q, pool_used,
+            policy_internal::usage_of(job.per_node, static_cast<int64_t>(choice->nodes.size())));
+        share[lane.team] +=
+            dominant_share(job.per_node, static_cast<int64_t>(choice->nodes.size()), totals);
         placed_nodes.push_back(std::move(choice->nodes));
         placed_releases.push_back(Release{end_s, s.now_s, &placed_nodes.back(), shape.need});
         continue;
@@ -337,9 +366,15 @@ class KilnPolicy final : public Policy {
           (lowest_priority.count(job.queue) != 0 && lowest_priority[job.queue] < job.priority) ||
           (nominal != 0 && lenders.count(q) != 0);
       if (options_.preemption && may_preempt && preempt_tries < 16) {
-        std::vector<size_t> victims = find_victims(s, cluster, book, free, stopping, borrowed,
-                                                   job, q, shape, nominal, avoid_ptr,
-                                                   &preempt_tries);
+        bool covered = false;
+        std::vector<size_t> victims =
+            find_victims(s, cluster, book, free, stopping, borrowed, victims_possible, job, q,
+                         shape, nominal, avoid_ptr, &preempt_tries, &covered);
+        if (covered) {
+          // What is already stopping makes room: preempting more would be a cascade.
+          wait(job, "preempting", "waiting for stopping job(s) to release their nodes");
+          continue;
+        }
         if (!victims.empty()) {
           std::string names;
           any_stopping = true;
@@ -391,22 +426,28 @@ class KilnPolicy final : public Policy {
   }
 
  private:
+  // Whether `al` may be preempted at all: not already stopping, preemptible, not preempted too
+  // often already, not just started (no thrash), not about to end by its limit anyway.
+  bool victim_ok(const Allocation& al, double now_s) const {
+    return !al.stopping && al.preemptible && !al.nodes.empty() &&
+           now_s - al.start_s >= options_.preempt_min_runtime_s &&
+           al.preemptions < options_.preemptions_per_job_max &&
+           al.end_s - now_s >= options_.preempt_min_runtime_s;
+  }
+
   // The fewest victims (by the order below) whose nodes let `job` fit; empty when none do.
-  std::vector<size_t> find_victims(const Snapshot& s, const Cluster& cluster,
-                                   const QuotaBook& book, const std::vector<Amount>& free,
+  std::vector<size_t> find_victims(const Snapshot& s, const Cluster& cluster, const QuotaBook& book,
+                                   const std::vector<Amount>& free,
                                    const std::vector<uint8_t>& stopping,
-                                   const std::vector<uint8_t>& borrowed, const JobView& job, int q,
+                                   const std::vector<uint8_t>& borrowed,
+                                   const std::vector<size_t>& possible, const JobView& job, int q,
                                    const Shape& shape, uint64_t nominal,
-                                   const std::vector<uint8_t>* avoid, size_t* tries) const {
+                                   const std::vector<uint8_t>* avoid, size_t* tries,
+                                   bool* covered) const {
     std::vector<size_t> candidates;
-    for (size_t a = 0; a < s.running.size(); ++a) {
+    for (size_t a : possible) {
       const Allocation& al = s.running[a];
-      if (stopping[a] || !al.preemptible || al.nodes.empty()) continue;
-      // A job that only just started is not preempted again (no thrash), nor one that ends by
-      // its time limit soon anyway.
-      if (s.now_s - al.start_s < options_.preempt_min_runtime_s) continue;
-      if (al.preemptions >= options_.preemptions_per_job_max) continue;
-      if (al.end_s - s.now_s < options_.preempt_min_runtime_s) continue;
+      if (stopping[a]) continue;  // chosen earlier in this plan
       const size_t pool = cluster.pool[static_cast<size_t>(al.nodes[0])];
       if (!((shape.pools >> pool) & 1)) continue;
       const bool lower_in_queue = al.queue == job.queue && al.priority < job.priority;
@@ -448,6 +489,10 @@ class KilnPolicy final : public Policy {
       return policy_internal::choose_nodes(cluster, after, shape, avoid, Fit::kBest, nullptr)
           .has_value();
     };
+    if (fits()) {
+      *covered = true;
+      return {};
+    }
     std::vector<size_t> victims;
     bool ok = false;
     for (size_t a : candidates) {

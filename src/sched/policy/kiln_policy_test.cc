@@ -383,5 +383,71 @@ TEST(KilnPolicyTest, FitsIdleClusterRejectsJobsNoNodeCanEverHold) {
   EXPECT_FALSE(fits_idle_cluster(h, nodes, &why));
 }
 
+TEST(KilnPolicyTest, JobsWithoutATimeLimitCannotBackfillOntoAReservationOfUnknownStart) {
+  Snapshot s;
+  s.nodes = grid(1, 1, 2);
+  run_on(&s, gpu_job("forever", 0, 1, 8, 0), {"n000"});  // no time limit
+  s.waiting = {gpu_job("head", 1, 2, 8, 0), gpu_job("small", 2, 1, 8, 0),
+               gpu_job("bounded", 3, 1, 8, 100)};
+  Plan plan = decide(s);
+  EXPECT_EQ(plan.waiting["head"].kind, "reserved");
+  EXPECT_EQ(plan.waiting["head"].start_s, kNever);
+  // n001 is the head's: neither a job without a limit nor one with a limit may take it, since
+  // nobody knows when the head starts.
+  EXPECT_TRUE(plan.placements.empty());
+  EXPECT_EQ(plan.waiting["small"].kind, "behind");
+}
+
+TEST(KilnPolicyTest, AnElasticJobThatRequiresOneSwitchShrinksIntoTheLargest) {
+  Snapshot s;
+  s.nodes = grid(1, 2, 3);  // two switches of 3 nodes
+  JobView j = gpu_job("elastic", 1, 6);
+  j.min_nodes = 2;
+  j.topology.same = DomainLevel::kSwitch;
+  j.topology.required = true;
+  s.waiting = {j};
+  Plan plan = decide(s);
+  ASSERT_EQ(plan.placements.size(), 1u);
+  EXPECT_EQ(plan.placements[0].nodes.size(), 3u);
+  EXPECT_EQ(domains(s, plan.placements[0].nodes, 1).size(), 1u);
+  // Avoiding a node changes where, never whether: with n000 avoided the switch that holds the
+  // gang is still used when nothing else does.
+  JobView strict = gpu_job("strict", 1, 3);
+  strict.topology.same = DomainLevel::kSwitch;
+  strict.topology.required = true;
+  strict.avoid = {"n000"};
+  run_on(&s, gpu_job("r", 0, 1), {"n010"});
+  s.waiting = {strict};
+  plan = decide(s);
+  ASSERT_EQ(plan.placements.size(), 1u);
+  EXPECT_EQ(plan.placements[0].nodes, (std::vector<std::string>{"n000", "n001", "n002"}));
+}
+
+TEST(KilnPolicyTest, AJobThatStoppingJobsAlreadyMakeRoomForPreemptsNoMore) {
+  Snapshot s;
+  s.nodes = grid(1, 1, 3);
+  s.now_s = 1000;
+  JobView l1 = gpu_job("l1", 0, 1);
+  l1.queue = "a";
+  JobView l2 = gpu_job("l2", 0, 1);
+  l2.queue = "a";
+  JobView other = gpu_job("other", 0, 1);
+  other.queue = "b";
+  run_on(&s, l1, {"n000"});
+  run_on(&s, l2, {"n001"});
+  run_on(&s, other, {"n002"});
+  s.running[0].stopping = true;  // preempted in an earlier cycle
+  JobView head = gpu_job("head", 1, 3);
+  head.queue = "b";
+  head.priority = 20;  // first in order, blocked, holds the reservation
+  JobView p = gpu_job("p", 2, 1);
+  p.queue = "a";
+  p.priority = 10;
+  s.waiting = {head, p};
+  Plan plan = decide(s);
+  EXPECT_TRUE(plan.preemptions.empty());
+  EXPECT_EQ(plan.waiting["p"].kind, "preempting");
+}
+
 }  // namespace
 }  // namespace kiln::sched

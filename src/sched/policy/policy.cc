@@ -31,10 +31,15 @@ bool fits_idle_cluster(const JobView& job, const std::vector<NodeView>& nodes, s
   const policy_internal::Cluster cluster(idle);
   policy_internal::Shape shape = cluster.shape_of(job);
   shape.max_nodes = shape.min_nodes;
-  if (policy_internal::choose_nodes(cluster, cluster.free, shape, nullptr,
-                                    policy_internal::Fit::kBest, nullptr)) {
-    return true;
+  // One pool at a time: a gang never spans pools.
+  for (size_t p = 0; p < cluster.pool_names.size(); ++p) {
+    shape.pools = uint64_t{1} << p;
+    if (policy_internal::choose_nodes(cluster, cluster.free, shape, nullptr,
+                                      policy_internal::Fit::kBest, nullptr)) {
+      return true;
+    }
   }
+  shape.pools = ~uint64_t{0};
   std::string kind;
   *why = policy_internal::explain_no_fit(cluster, cluster.free, shape, &kind);
   const auto at = why->find(" have it now");

@@ -98,9 +98,10 @@ Admit QuotaBook::check(int q, size_t pool, const Usage& r, std::string* why) con
     return std::string(what) + " " + std::to_string(use) + "+" + std::to_string(need) + " > " +
            std::to_string(limit);
   };
-  std::string dim = !within(after.gpus, quota.gpus)   ? over("GPUs", u.gpus, r.gpus, quota.gpus)
-                    : !within(after.cpus, quota.cpus) ? over("CPUs", u.cpus, r.cpus, quota.cpus)
-                                                      : over("nodes", u.nodes, r.nodes, quota.nodes);
+  std::string dim = !within(after.gpus, quota.gpus) ? over("GPUs", u.gpus, r.gpus, quota.gpus)
+                    : !within(after.cpus, quota.cpus)
+                        ? over("CPUs", u.cpus, r.cpus, quota.cpus)
+                        : over("nodes", u.nodes, r.nodes, quota.nodes);
   const std::string head =
       "queue " + queue.name + " is at its quota in pool " + pool_names_[pool] + " (" + dim + ")";
   if (queue.cohort.empty()) {

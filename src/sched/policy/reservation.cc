@@ -48,8 +48,8 @@ std::optional<Reservation> reserve(const Cluster& cluster, const std::vector<Amo
       give(&at[i], rel.per_node);
       if (!before && cluster.matches(i, shape) && covers(at[i], shape.need)) ++fitting;
     }
-    const bool batch_done = k + 1 == releases.size() || releases[k + 1].end_s != rel.end_s ||
-                            rel.end_s == kNever;
+    const bool batch_done =
+        k + 1 == releases.size() || releases[k + 1].end_s != rel.end_s || rel.end_s == kNever;
     if (!batch_done || fitting < min_nodes) continue;
     if (tries_left-- <= 0 && k + 1 != releases.size()) continue;
     if (auto r = attempt(rel.end_s)) return r;
@@ -62,7 +62,7 @@ void commit(const std::vector<int32_t>& nodes, const Amount& need, double end_s,
   for (int32_t n : nodes) {
     const auto i = static_cast<size_t>(n);
     take(&(*free)[i], need);
-    if (reservation != nullptr && end_s > reservation->start_s && reservation->limit.reserved[i]) {
+    if (reservation != nullptr && outlives(end_s, *reservation) && reservation->limit.reserved[i]) {
       take(&reservation->limit.spare[i], need);
     }
   }

@@ -33,8 +33,15 @@ std::optional<Reservation> reserve(const Cluster& cluster, const std::vector<Amo
                                    std::vector<Release> releases, const Shape& shape,
                                    const std::vector<uint8_t>* avoid, Fit fit, double now_s);
 
+// Whether a job ending at end_s would still hold its nodes at the reservation's start: then it may
+// take from the reserved nodes only what is spare. A reservation whose start is unknown (only
+// jobs without a time limit stand in the way) limits every job.
+inline bool outlives(double end_s, const Reservation& r) {
+  return end_s > r.start_s || r.start_s == kNever;
+}
+
 // Takes `need` on `nodes` from `free`, and from the reservation's spare where the job would still
-// run at its start (end_s > start_s).
+// run at its start (outlives()).
 void commit(const std::vector<int32_t>& nodes, const Amount& need, double end_s,
             std::vector<Amount>* free, Reservation* reservation);
 

@@ -67,6 +67,7 @@ nlohmann::ordered_json sim_report_json(const SimReport& r) {
   j["cycle_ms_median"] = r.cycle_ms_median;
   j["cycle_ms_p99"] = r.cycle_ms_p99;
   j["cycles"] = r.cycles;
+  j["cycles_timed"] = r.cycles_timed;
   j["queued_median"] = r.queued_median;
   j["queued_max"] = r.queued_max;
   j["starvation_ratio_max"] = r.starvation_ratio_max;
@@ -100,6 +101,7 @@ Result<SimReport> simulate(const Trace& trace, const Policy& policy, const SimOp
   std::stable_sort(arrivals.begin(), arrivals.end(), [&](size_t a, size_t b) {
     return trace.jobs[a].job.submit_s < trace.jobs[b].job.submit_s;
   });
+  std::unordered_map<std::string, std::string> idle_fit;  // shape -> why it never fits ("": fits)
   double max_limit = 0;
   for (const SimJob& j : trace.jobs)
     max_limit = std::max(max_limit, j.job.time_limit_s);
@@ -132,20 +134,23 @@ Result<SimReport> simulate(const Trace& trace, const Policy& policy, const SimOp
   auto leave_waiting = [&](size_t j) {
     const size_t slot = state[j].waiting_slot;
     swap_remove(&snap.waiting, slot, [](JobView&, size_t) {});
-    swap_remove(&waiting_job, slot, [&](size_t& moved, size_t s) { state[moved].waiting_slot = s; });
+    swap_remove(&waiting_job, slot,
+                [&](size_t& moved, size_t s) { state[moved].waiting_slot = s; });
   };
-  auto leave_running = [&](size_t j, double now) {
+  auto leave_running = [&](size_t j, double at) {
     const size_t slot = state[j].running_slot;
     swap_remove(&snap.running, slot, [](Allocation&, size_t) {});
-    swap_remove(&running_job, slot, [&](size_t& moved, size_t s) { state[moved].running_slot = s; });
+    swap_remove(&running_job, slot,
+                [&](size_t& moved, size_t s) { state[moved].running_slot = s; });
     node_use(j, -1);
-    const double ran = now - state[j].attempt_start_s;
+    const double ran = at - state[j].attempt_start_s;
     const JobView& v = trace.jobs[j].job;
     const double per_node = static_cast<double>(by_gpu ? v.per_node.gpus : v.per_node.cpus);
     allocated += ran * per_node * static_cast<double>(state[j].nodes.size());
     report.outcomes[j].service_s += ran;
   };
 
+  double now = first_submit;  // the time of the last event handled
   while (true) {
     double t = kNever;
     if (next_arrival < n_jobs) t = trace.jobs[arrivals[next_arrival]].job.submit_s;
@@ -153,6 +158,7 @@ Result<SimReport> simulate(const Trace& trace, const Policy& policy, const SimOp
       events.pop();  // an end of an attempt that was preempted
     if (!events.empty()) t = std::min(t, events.top().at_s);
     if (t == kNever) break;
+    now = t;
     // Ends first: what they free is there for the jobs that arrive at the same time.
     while (!events.empty() && events.top().at_s <= t) {
       const Event e = events.top();
@@ -164,8 +170,8 @@ Result<SimReport> simulate(const Trace& trace, const Policy& policy, const SimOp
       last_end = std::max(last_end, t);
       if (js.phase == Phase::kStopping) {
         // Checkpointed at SIGTERM: the work done before the stop began is kept.
-        js.remaining_s = std::max(0.0, js.remaining_s - (t - options.preempt_grace_s -
-                                                          js.attempt_start_s));
+        js.remaining_s =
+            std::max(0.0, js.remaining_s - (t - options.preempt_grace_s - js.attempt_start_s));
         to_waiting(e.job);
       } else {
         js.phase = Phase::kDone;
@@ -181,8 +187,20 @@ Result<SimReport> simulate(const Trace& trace, const Policy& policy, const SimOp
       o.queue = sj.job.queue;
       o.submit_s = sj.job.submit_s;
       state[j].remaining_s = sj.duration_s;
-      std::string why;
-      if (!fits_idle_cluster(sj.job, trace.nodes, &why)) {
+      // The idle-cluster test costs a pass over every node: jobs of one shape share its answer.
+      std::string key = std::to_string(sj.job.nodes) + "/" + std::to_string(sj.job.per_node.cpus) +
+                        "/" + std::to_string(sj.job.per_node.memory_bytes) + "/" +
+                        std::to_string(sj.job.per_node.gpus);
+      for (const std::string& m : sj.job.gpu_models)
+        key += "/" + m;
+      auto known = idle_fit.find(key);
+      if (known == idle_fit.end()) {
+        std::string why;
+        const bool fits = fits_idle_cluster(sj.job, trace.nodes, &why);
+        known = idle_fit.emplace(key, fits ? std::string() : why).first;
+      }
+      const std::string& why = known->second;
+      if (!why.empty()) {
         state[j].phase = Phase::kRejected;
         o.rejected = true;
         o.reject_reason = why;
@@ -191,15 +209,18 @@ Result<SimReport> simulate(const Trace& trace, const Policy& policy, const SimOp
       }
       to_waiting(j);
     }
+    // Fair share follows every change of what runs, whether or not anything waits.
+    ledger.advance(t, team_shares(snap));
     if (snap.waiting.empty()) continue;
     if (options.cycles_max > 0 && report.cycles >= options.cycles_max) break;
 
     snap.now_s = t;
-    ledger.advance(t, team_shares(snap));
     snap.team_usage = ledger.usage();
     const int64_t t0 = clock.monotonic_ns();
     const Plan plan = policy.decide(snap);
-    cycle_ms.push_back(static_cast<double>(clock.monotonic_ns() - t0) / 1e6);
+    if (snap.waiting.size() >= options.timing_queued_min) {
+      cycle_ms.push_back(static_cast<double>(clock.monotonic_ns() - t0) / 1e6);
+    }
     queued.push_back(static_cast<double>(snap.waiting.size()));
     report.queued_max = std::max(report.queued_max, snap.waiting.size());
     ++report.cycles;
@@ -208,7 +229,7 @@ Result<SimReport> simulate(const Trace& trace, const Policy& policy, const SimOp
       auto it = by_id.find(p.victim);
       if (it == by_id.end() || state[it->second].phase != Phase::kRunning) {
         return Status::aborted(std::string(policy.name()) + " preempted " + p.victim +
-                                ", which is not running");
+                               ", which is not running");
       }
       const size_t j = it->second;
       SimJobState& js = state[j];
@@ -226,15 +247,15 @@ Result<SimReport> simulate(const Trace& trace, const Policy& policy, const SimOp
       auto it = by_id.find(p.job_id);
       if (it == by_id.end() || state[it->second].phase != Phase::kWaiting) {
         return Status::aborted(std::string(policy.name()) + " placed " + p.job_id +
-                                ", which is not waiting");
+                               ", which is not waiting");
       }
       const size_t j = it->second;
       SimJobState& js = state[j];
       const JobView& v = trace.jobs[j].job;
       if (p.nodes.size() != static_cast<size_t>(v.nodes)) {
         return Status::aborted(std::string(policy.name()) + " placed " + p.job_id + " on " +
-                                std::to_string(p.nodes.size()) + " nodes, it needs " +
-                                std::to_string(v.nodes));
+                               std::to_string(p.nodes.size()) + " nodes, it needs " +
+                               std::to_string(v.nodes));
       }
       leave_waiting(j);
       js.nodes.clear();
@@ -253,7 +274,7 @@ Result<SimReport> simulate(const Trace& trace, const Policy& policy, const SimOp
         const NodeResources& u = nv.used;
         if (u.cpus > c.cpus || u.memory_bytes > c.memory_bytes || u.gpus > c.gpus) {
           return Status::aborted(std::string(policy.name()) + " overcommitted node " + nv.name +
-                                  " with " + p.job_id);
+                                 " with " + p.job_id);
         }
       }
       js.phase = Phase::kRunning;
@@ -277,6 +298,7 @@ Result<SimReport> simulate(const Trace& trace, const Policy& policy, const SimOp
       a.preemptions = report.outcomes[j].preemptions;
       snap.running.push_back(std::move(a));
     }
+    if (!plan.placements.empty()) ledger.advance(t, team_shares(snap));  // from now on
     for (const auto& [id, w] : plan.waiting) {
       if (w.kind != "reserved") continue;
       auto it = by_id.find(id);
@@ -288,6 +310,11 @@ Result<SimReport> simulate(const Trace& trace, const Policy& policy, const SimOp
       }
     }
   }
+
+  // Stopped early (cycles_max): what still runs counts up to the last event.
+  while (!running_job.empty())
+    leave_running(running_job.back(), now);
+  last_end = std::max(last_end, now);
 
   // Figures over the jobs that completed.
   std::vector<double> waits;
@@ -315,6 +342,7 @@ Result<SimReport> simulate(const Trace& trace, const Policy& policy, const SimOp
     report.max_wait_s = *std::max_element(waits.begin(), waits.end());
     report.mean_bounded_slowdown = slowdown / static_cast<double>(waits.size());
   }
+  report.cycles_timed = cycle_ms.size();
   report.cycle_ms_median = percentile(cycle_ms, 0.5);
   report.cycle_ms_p99 = percentile(cycle_ms, 0.99);
   report.queued_median = percentile(queued, 0.5);

@@ -208,8 +208,7 @@ TEST(SimulatorTest, NoJobStarvesUnderKilnsPolicy) {
       EXPECT_LE(o.wait_s, bound) << sj.job.id << " waited " << o.wait_s << " s: " << sj.job.nodes
                                  << " node(s) x " << sj.job.per_node.gpus << " GPU(s), "
                                  << sj.duration_s << " s, priority " << sj.job.priority
-                                 << ", queue " << sj.job.queue << ", submitted "
-                                 << sj.job.submit_s;
+                                 << ", queue " << sj.job.queue << ", submitted " << sj.job.submit_s;
     }
   }
 }

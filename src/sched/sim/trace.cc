@@ -49,8 +49,8 @@ class CsvReader {
       size_t start = 0;
       while (true) {
         const size_t comma = line.find(',', start);
-        fields->emplace_back(line.substr(start, comma == std::string_view::npos ? line.size() - start
-                                                                                : comma - start));
+        fields->emplace_back(line.substr(
+            start, comma == std::string_view::npos ? line.size() - start : comma - start));
         if (comma == std::string_view::npos) break;
         start = comma + 1;
       }
@@ -140,7 +140,7 @@ std::vector<std::string> split(const std::string& s, char sep) {
 
 constexpr int64_t kMiB = int64_t{1} << 20;
 constexpr int64_t kCountMax = 1'000'000;
-constexpr int64_t kMemoryMibMax = int64_t{1} << 32;   // 4 PiB: a typo, not a node
+constexpr int64_t kMemoryMibMax = int64_t{1} << 32;  // 4 PiB: a typo, not a node
 constexpr double kSecondsMax = 100.0 * 365 * 86400;  // a century of simulated time
 
 Result<std::string> read_file(const std::string& path, const char* what) {

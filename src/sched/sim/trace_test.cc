@@ -101,10 +101,10 @@ TEST(TraceTest, LoadTraceNamesMissingFilesAndUnknownQueues) {
   };
   const std::string nodes = write("n.csv", std::string(kNodesHeader) + "n1,8,64,0,,\n");
   const std::string jobs = write("j.csv", std::string(kJobsHeader) + "j,0,10,10,1,1,0,0,,zz,\n");
-  const std::string queues = write(
-      "q.csv",
-      "name,team,cohort,weight,quota_nodes,quota_cpus,quota_gpus,borrow_nodes,borrow_cpus,"
-      "borrow_gpus\nq,,,,,,,,,\n");
+  const std::string queues =
+      write("q.csv",
+            "name,team,cohort,weight,quota_nodes,quota_cpus,quota_gpus,borrow_nodes,borrow_cpus,"
+            "borrow_gpus\nq,,,,,,,,,\n");
   auto unknown = load_trace(nodes, jobs, queues);
   ASSERT_FALSE(unknown.ok());
   EXPECT_NE(error_of(unknown.status()).find("job j names queue 'zz'"), std::string::npos)
