@@ -24,12 +24,17 @@
 //                  one rack, else the fewest racks; healthy nodes before suspect ones;
 //         backfill EASY: the first job that cannot start gets a reservation (the earliest time the
 //                  running jobs' time limits free enough nodes, and which nodes); a job behind it
-//                  starts now only where it cannot delay that reservation;
+//                  starts now only where it cannot delay that reservation. The jobs behind it are
+//                  tried by priority, then shortest time limit first;
 //         preempt  a job blocked by lower-priority jobs of its own queue, or by other queues of
 //                  its cohort borrowing what its quota guarantees, evicts the fewest of them that
 //                  let it fit: borrowed first, then lowest priority, then least work lost since
 //                  their last checkpoint. Victims stop cooperatively (SIGTERM, checkpoint, exit
-//                  75) and requeue.
+//                  75) and requeue. No job is preempted within preempt_min_runtime_s of its
+//                  start or of its time limit, nor more than preemptions_per_job_max times, and
+//                  nothing more is preempted while stopping jobs already make room: no thrash,
+//                  no cascade. The job victims were preempted for goes first in the order until
+//                  it is placed, so what they free is its.
 //   fifo  the baseline: strict submit order, first fit in node order, nothing behind a blocked job.
 //   easy  the baseline: fifo plus EASY backfill, first fit.
 // The baselines ignore priority, queues and topology: they are what `kiln sched-sim` compares
@@ -99,6 +104,9 @@ struct JobView {
   TopologySpec topology;
   // Nodes this job should avoid (its last attempt's culprit); used only when nothing else fits.
   std::vector<std::string> avoid;
+  // A requeued victim of preemption: the job it was preempted for (that job goes first while it
+  // waits, so the capacity the preemption freed goes to it).
+  std::string preempted_by;
 };
 
 struct Allocation {
@@ -108,8 +116,9 @@ struct Allocation {
   std::vector<int32_t> nodes;  // indices into Snapshot::nodes
   NodeResources per_node;
   double start_s = 0;
-  double end_s = kNever;  // start + time limit; kNever: no limit
-  bool stopping = false;  // already being stopped: its resources are on their way back
+  double end_s = kNever;      // start + time limit; kNever: no limit
+  bool stopping = false;      // already being stopped: its resources are on their way back
+  std::string preempted_for;  // stopping because it was preempted for this job
   bool preemptible = true;
   double last_checkpoint_s = -1;  // -1: none yet (a preemption loses everything since start_s)
   int preemptions = 0;            // times this job was preempted before
@@ -189,6 +198,9 @@ struct KilnPolicyOptions {
   bool preemption = true;
   // false: nothing starts behind the first job that cannot (for comparisons and tests).
   bool backfill = true;
+  // Behind the reservation, candidates go by priority then shortest time limit (rather than
+  // fair share then age): they cannot delay the head either way.
+  bool shortest_backfill_first = true;
   size_t victims_max = 64;  // per preempting job: bounds the search
   // A job is not preempted within this long of its start (no preemption thrash), nor within
   // this long of its time limit (it ends soon anyway).

@@ -21,6 +21,15 @@ int64_t backoff_ms(const JobSpec& spec, int restart) {
 constexpr const char* kTimeLimitReason = "time limit reached";
 constexpr const char* kPreemptedReason = "preempted by ";
 
+// The job a preempted job was preempted for ("preempted by j-000007: ..."), else "".
+std::string preempted_for(const JobRecord& job) {
+  const std::string prefix = kPreemptedReason;
+  if (job.reason.rfind(prefix, 0) != 0) return "";
+  const size_t colon = job.reason.find(':', prefix.size());
+  return job.reason.substr(prefix.size(),
+                           colon == std::string::npos ? colon : colon - prefix.size());
+}
+
 bool cancelled(const JobRecord& job) {
   return job.reason.rfind("cancelled by ", 0) == 0;
 }
@@ -413,6 +422,7 @@ Status Coordinator::Impl::schedule() {
         used.gpus += v.per_node.gpus;
       }
       a.stopping = st == JobState::kStopping;
+      if (a.stopping) a.preempted_for = preempted_for(job);
       // Attempts beyond the restarts are requeues after preemption.
       a.preemptions = std::max(0, job.attempt - job.restarts);
       auto rt = runtime.find(id);
@@ -443,6 +453,7 @@ Status Coordinator::Impl::schedule() {
         job_view(job.spec, id, rt != runtime.end() ? rt->second.avoid : std::vector<std::string>{});
     // Jobs keep their submit order; ids are zero-padded sequence numbers.
     v.seq = job.submitted_ns;
+    if (st == JobState::kQueued) v.preempted_by = preempted_for(job);
     v.submit_s = static_cast<double>(job.submitted_ns) / 1e9;
     snapshot.waiting.push_back(std::move(v));
   }

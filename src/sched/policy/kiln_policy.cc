@@ -87,11 +87,26 @@ class KilnPolicy final : public Policy {
     const size_t pools = cluster.pool_names.size();
     const NodeResources totals = cluster_totals(s.nodes);
     std::vector<uint8_t> stopping(s.running.size());
+    // Whom a stopping allocation's resources are for: the job it was preempted for (in an earlier
+    // plan or this one); empty: whoever comes first (a fault, a cancel).
+    std::vector<std::string> claimed_by(s.running.size());
     bool any_stopping = false;
     for (size_t a = 0; a < s.running.size(); ++a) {
       stopping[a] = s.running[a].stopping;
+      if (stopping[a]) claimed_by[a] = s.running[a].preempted_for;
       any_stopping = any_stopping || stopping[a];
     }
+    // `free` plus what the stopping allocations that `id` may have will release.
+    auto with_stopping = [&](const std::string& id) {
+      std::vector<Amount> after = free;
+      for (size_t a = 0; a < s.running.size(); ++a) {
+        if (!stopping[a] || (!claimed_by[a].empty() && claimed_by[a] != id)) continue;
+        for (int32_t n : s.running[a].nodes)
+          policy_internal::give(&after[static_cast<size_t>(n)],
+                                policy_internal::amount_of(s.running[a].per_node));
+      }
+      return after;
+    };
     const std::vector<uint8_t> borrowed = book.borrowed(s, cluster);
     // The allocations a preemption may take (victims()), and cheap tests before a victim search:
     // the lowest priority among them per queue, and the queues whose cohort has a borrower among
@@ -136,7 +151,16 @@ class KilnPolicy final : public Policy {
     struct Item {
       size_t job;
       bool starving;
+      bool claims;  // jobs were preempted for it: what they free is its
     };
+    // Jobs others were preempted for, while their victims stop or wait requeued: they go first,
+    // or what the preemption freed would go to a job ahead of them and the preemption (and the
+    // victim's lost time) would be for nothing.
+    std::set<std::string> claimants;
+    for (const Allocation& a : s.running)
+      if (a.stopping && !a.preempted_for.empty()) claimants.insert(a.preempted_for);
+    for (const JobView& j : s.waiting)
+      if (!j.preempted_by.empty()) claimants.insert(j.preempted_by);
     std::map<std::string, std::vector<Item>> by_team;
     for (size_t j = 0; j < s.waiting.size(); ++j) {
       const JobView& job = s.waiting[j];
@@ -145,11 +169,12 @@ class KilnPolicy final : public Policy {
           job.time_limit_s > 0
               ? std::max(options_.starvation_factor * job.time_limit_s, options_.starvation_min_s)
               : options_.starvation_no_limit_s;
-      by_team[team_of(job.queue)].push_back(Item{j, waited > bound});
+      by_team[team_of(job.queue)].push_back(Item{j, waited > bound, claimants.count(job.id) != 0});
     }
     auto before = [&](const Item& a, const Item& b) {
       const JobView& x = s.waiting[a.job];
       const JobView& y = s.waiting[b.job];
+      if (a.claims != b.claims) return a.claims;
       if (a.starving != b.starving) return a.starving;
       if (a.starving && x.submit_s != y.submit_s) return x.submit_s < y.submit_s;
       if (x.priority != y.priority) return x.priority > y.priority;
@@ -200,39 +225,76 @@ class KilnPolicy final : public Policy {
       w.start_s = start;
     };
 
+    // Behind the reservation, the jobs left are backfill candidates: they only take what cannot
+    // delay the head, so their order decides only which of them fill the holes. Shortest time
+    // limit first (after jobs others were preempted for, then priority): short jobs fit more
+    // holes and wait least relative to their length (Tsafrir et al.'s shortest-job-backfilled-
+    // first), and none of them can pass the head.
+    std::vector<std::pair<Lane*, Item>> backfill;
+    size_t backfill_next = 0;
+    bool backfill_ordered = false;
     while (true) {
-      // The next job among the lanes' heads: a starving one of a team below its entitled share
-      // first, then priority, then the team furthest below its fair share, then submit order.
-      // A starving job of a team at or above its share waits its turn: under a sustained
-      // backlog every job starves, and letting all of them jump would undo the teams' weights.
       Lane* pick = nullptr;
-      bool pick_urgent = false;
-      for (Lane& lane : lanes) {
-        if (lane.next >= lane.items.size()) continue;
-        const Item& a = lane.items[lane.next];
-        const bool urgent = a.starving && share[lane.team] < entitled(lane.team);
-        if (pick == nullptr) {
-          pick = &lane;
-          pick_urgent = urgent;
-          continue;
+      Item item{};
+      if (reservation && options_.backfill && options_.shortest_backfill_first) {
+        if (!backfill_ordered) {
+          for (Lane& l : lanes)
+            for (size_t k = l.next; k < l.items.size(); ++k)
+              backfill.emplace_back(&l, l.items[k]);
+          for (Lane& l : lanes)
+            l.next = l.items.size();
+          auto limit = [&](const Item& it) {
+            const double t = s.waiting[it.job].time_limit_s;
+            return t > 0 ? t : kNever;
+          };
+          std::stable_sort(backfill.begin(), backfill.end(), [&](const auto& a, const auto& b) {
+            const JobView& x = s.waiting[a.second.job];
+            const JobView& y = s.waiting[b.second.job];
+            if (a.second.claims != b.second.claims) return a.second.claims;
+            if (x.priority != y.priority) return x.priority > y.priority;
+            if (limit(a.second) != limit(b.second)) return limit(a.second) < limit(b.second);
+            return x.seq < y.seq;
+          });
+          backfill_ordered = true;
         }
-        const JobView& x = s.waiting[a.job];
-        const JobView& y = s.waiting[pick->items[pick->next].job];
-        bool better;
-        if (urgent != pick_urgent) {
-          better = urgent;
-        } else if (x.priority != y.priority) {
-          better = x.priority > y.priority;
-        } else {
-          const double ka = fair_key(lane.team), kb = fair_key(pick->team);
-          better = ka != kb ? ka < kb : x.seq < y.seq;
+        if (backfill_next >= backfill.size()) break;
+        pick = backfill[backfill_next].first;
+        item = backfill[backfill_next++].second;
+      } else {
+        // The next job among the lanes' heads: one others were preempted for, then a starving
+        // one of a team below its entitled share, then priority, then the team furthest below
+        // its fair share, then submit order. A starving job of a team at or above its share
+        // waits its turn: under a sustained backlog every job starves, and letting all of them
+        // jump would undo the teams' weights.
+        int pick_urgent = 0;
+        for (Lane& lane : lanes) {
+          if (lane.next >= lane.items.size()) continue;
+          const Item& a = lane.items[lane.next];
+          // 2: jobs were preempted for it; 1: starving while its team is below its share.
+          const int urgent = a.claims ? 2 : a.starving && share[lane.team] < entitled(lane.team);
+          if (pick == nullptr) {
+            pick = &lane;
+            pick_urgent = urgent;
+            continue;
+          }
+          const JobView& x = s.waiting[a.job];
+          const JobView& y = s.waiting[pick->items[pick->next].job];
+          bool better;
+          if (urgent != pick_urgent) {
+            better = urgent > pick_urgent;
+          } else if (x.priority != y.priority) {
+            better = x.priority > y.priority;
+          } else {
+            const double ka = fair_key(lane.team), kb = fair_key(pick->team);
+            better = ka != kb ? ka < kb : x.seq < y.seq;
+          }
+          if (better) pick_urgent = urgent;
+          if (better) pick = &lane;
         }
-        if (better) pick_urgent = urgent;
-        if (better) pick = &lane;
+        if (pick == nullptr) break;
+        item = pick->items[pick->next++];
       }
-      if (pick == nullptr) break;
       Lane& lane = *pick;
-      const Item item = lane.items[lane.next++];
       const JobView& job = s.waiting[item.job];
       if (reservation && !options_.backfill) {
         wait(job, "behind", "behind " + reservation->job_id + " (backfill is off)");
@@ -347,11 +409,7 @@ class KilnPolicy final : public Policy {
         }
       }
       if (any_stopping && !reservation) {
-        std::vector<Amount> after = free;
-        for (const Release& r : releases)
-          if (r.end_s <= s.now_s)
-            for (int32_t n : *r.nodes)
-              policy_internal::give(&after[static_cast<size_t>(n)], r.per_node);
+        const std::vector<Amount> after = with_stopping(job.id);
         if (policy_internal::choose_nodes(cluster, after, shape, avoid_ptr, Fit::kBest, nullptr)) {
           reservation = policy_internal::reserve(cluster, free, releases, shape, avoid_ptr,
                                                  Fit::kBest, s.now_s);
@@ -367,9 +425,9 @@ class KilnPolicy final : public Policy {
           (nominal != 0 && lenders.count(q) != 0);
       if (options_.preemption && may_preempt && preempt_tries < 16) {
         bool covered = false;
-        std::vector<size_t> victims =
-            find_victims(s, cluster, book, free, stopping, borrowed, victims_possible, job, q,
-                         shape, nominal, avoid_ptr, &preempt_tries, &covered);
+        std::vector<size_t> victims = find_victims(
+            s, cluster, book, with_stopping(job.id), stopping, borrowed, victims_possible, job, q,
+            shape, nominal, avoid_ptr, &preempt_tries, &covered);
         if (covered) {
           // What is already stopping makes room: preempting more would be a cascade.
           wait(job, "preempting", "waiting for stopping job(s) to release their nodes");
@@ -380,6 +438,7 @@ class KilnPolicy final : public Policy {
           any_stopping = true;
           for (size_t a : victims) {
             stopping[a] = 1;
+            claimed_by[a] = job.id;
             const Allocation& al = s.running[a];
             const bool reclaim = al.queue != job.queue;
             plan.preemptions.push_back(Preemption{
@@ -436,6 +495,7 @@ class KilnPolicy final : public Policy {
   }
 
   // The fewest victims (by the order below) whose nodes let `job` fit; empty when none do.
+  // `free` already holds what the stopping allocations this job may have will release.
   std::vector<size_t> find_victims(const Snapshot& s, const Cluster& cluster, const QuotaBook& book,
                                    const std::vector<Amount>& free,
                                    const std::vector<uint8_t>& stopping,
@@ -472,12 +532,7 @@ class KilnPolicy final : public Policy {
       return a.start_s > b.start_s;
     });
     if (candidates.size() > options_.victims_max) candidates.resize(options_.victims_max);
-    std::vector<Amount> after = free;
-    for (size_t a = 0; a < s.running.size(); ++a)
-      if (stopping[a])
-        for (int32_t n : s.running[a].nodes)
-          policy_internal::give(&after[static_cast<size_t>(n)],
-                                policy_internal::amount_of(s.running[a].per_node));
+    std::vector<Amount> after = free;  // with what stopping jobs release for this one
     auto release = [&](size_t a, bool back) {
       const Amount need = policy_internal::amount_of(s.running[a].per_node);
       for (int32_t n : s.running[a].nodes) {

@@ -449,5 +449,36 @@ TEST(KilnPolicyTest, AJobThatStoppingJobsAlreadyMakeRoomForPreemptsNoMore) {
   EXPECT_EQ(plan.waiting["p"].kind, "preempting");
 }
 
+TEST(KilnPolicyTest, WhatAPreemptionFreesGoesToTheJobItWasFor) {
+  Snapshot s;
+  s.nodes = grid(1, 1, 1);
+  s.now_s = 1000;
+  JobView victim = gpu_job("victim", 0, 1);
+  victim.preempted_by = "p";  // requeued; its node is free now
+  JobView p = gpu_job("p", 5, 1);
+  p.priority = 10;
+  JobView top = gpu_job("top", 1, 1);
+  top.priority = 50;  // arrived in another queue meanwhile, higher priority
+  top.queue = "other";
+  s.waiting = {victim, top, p};
+  Plan plan = decide(s);
+  ASSERT_EQ(plan.placements.size(), 1u);
+  EXPECT_EQ(plan.placements[0].job_id, "p");
+}
+
+TEST(KilnPolicyTest, BehindTheReservationShorterJobsFillTheHolesFirst) {
+  Snapshot s;
+  s.nodes = grid(1, 1, 2);
+  run_on(&s, gpu_job("r", 0, 1, 8, 1000), {"n000"});
+  // head needs both nodes at t=1000; the hole on n001 takes one job that ends by then.
+  s.waiting = {gpu_job("head", 1, 2, 8, 1000), gpu_job("longer", 2, 1, 8, 900),
+               gpu_job("shorter", 3, 1, 8, 100)};
+  Plan plan = decide(s);
+  ASSERT_EQ(plan.placements.size(), 1u);
+  EXPECT_EQ(plan.placements[0].job_id, "shorter");
+  EXPECT_TRUE(plan.placements[0].backfilled);
+  EXPECT_EQ(plan.waiting["longer"].kind, "behind");
+}
+
 }  // namespace
 }  // namespace kiln::sched

@@ -19,8 +19,9 @@ struct SimJobState {
   double attempt_run_s = 0;  // how long this attempt runs if nothing interrupts it
   uint64_t generation = 0;   // invalidates an end event of an earlier attempt
   std::vector<int32_t> nodes;
-  size_t waiting_slot = 0;  // index in snapshot.waiting while waiting
-  size_t running_slot = 0;  // index in snapshot.running while running or stopping
+  size_t waiting_slot = 0;   // index in snapshot.waiting while waiting
+  size_t running_slot = 0;   // index in snapshot.running while running or stopping
+  std::string preempted_by;  // the job it was last preempted for, until it runs again
 };
 
 struct Event {
@@ -129,6 +130,7 @@ Result<SimReport> simulate(const Trace& trace, const Policy& policy, const SimOp
     state[j].phase = Phase::kWaiting;
     state[j].waiting_slot = snap.waiting.size();
     snap.waiting.push_back(trace.jobs[j].job);
+    snap.waiting.back().preempted_by = state[j].preempted_by;
     waiting_job.push_back(j);
   };
   auto leave_waiting = [&](size_t j) {
@@ -234,10 +236,12 @@ Result<SimReport> simulate(const Trace& trace, const Policy& policy, const SimOp
       const size_t j = it->second;
       SimJobState& js = state[j];
       snap.running[js.running_slot].stopping = true;
+      snap.running[js.running_slot].preempted_for = p.for_job;
       // It stops after the grace period, unless it ends by itself first (then no requeue).
       const double stop_at = t + options.preempt_grace_s;
       if (js.attempt_start_s + js.attempt_run_s <= stop_at) continue;
       js.phase = Phase::kStopping;
+      js.preempted_by = p.for_job;
       ++js.generation;
       events.push(Event{stop_at, j, js.generation});
       ++report.outcomes[j].preemptions;
@@ -258,6 +262,7 @@ Result<SimReport> simulate(const Trace& trace, const Policy& policy, const SimOp
                                std::to_string(v.nodes));
       }
       leave_waiting(j);
+      js.preempted_by.clear();
       js.nodes.clear();
       for (const std::string& name : p.nodes) {
         auto n = node_index.find(name);
