@@ -225,10 +225,13 @@ std::unique_ptr<Policy> make_easy_policy();
 // "kiln", "fifo", "easy"; nullptr for another name.
 std::unique_ptr<Policy> make_policy(std::string_view name);
 
+// "A100|H100" -> {"A100", "H100"}; "" -> {} (any model). The pieces are not checked here.
+std::vector<std::string> split_gpu_models(std::string_view models);
+
 // Whether `job` fits `nodes` when nothing runs (cordoned and down nodes count: they come back).
 // False sets *why ("needs 4 node(s) with 8 GPU(s) (H100): the cluster has 2"). A job that fails
 // this is rejected at submit, never left to block a queue.
-bool fits_idle_cluster(const JobView& job, const std::vector<NodeView>& nodes, std::string* why);
+bool fits_idle_cluster(const JobView& job, std::vector<NodeView> nodes, std::string* why);
 
 }  // namespace kiln::sched
 

@@ -85,7 +85,6 @@ struct SimOutcome {
   int preemptions = 0;
   bool reserved_head = false;  // it was the first blocked job (held the reservation) at some point
   double first_reserved_start_s = -1;  // the start reserved for it when it first became head
-  std::vector<std::string> nodes;      // of its last attempt
 };
 
 struct SimReport {

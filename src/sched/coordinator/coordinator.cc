@@ -167,7 +167,7 @@ Result<JobRecord> Coordinator::submit(const Caller& caller, JobSpec spec,
   }
   if (!views.empty() && all_reported) {
     std::string why;
-    if (!fits_idle_cluster(s.job_view(spec, "", {}), views, &why)) {
+    if (!fits_idle_cluster(s.job_view(spec, "", {}), std::move(views), &why)) {
       return Status::invalid_argument("job '" + spec.name + "' can never run here: " + why);
     }
   }

@@ -89,6 +89,16 @@ class CoordinatorTest : public ::testing::Test {
     return r;
   }
 
+  // The rank ended with exit `code` at `step`; `by_agent`: the agent stopped it as told.
+  static RankReport ended(const RankAssignment& a, int64_t step, int code, bool by_agent) {
+    RankReport r = running(a, step);
+    r.running = false;
+    r.exited = true;
+    r.code = code;
+    r.stopped_by_agent = by_agent;
+    return r;
+  }
+
   JobSpec spec(int nodes = 2, int min_nodes = 0) {
     JobSpec s;
     s.name = "job";
@@ -433,12 +443,7 @@ TEST_F(CoordinatorTest, CancelStopsTheRanksAndEndsCancelled) {
     AgentAnswer a = report(name);
     ASSERT_EQ(a.ranks.size(), 1u);
     EXPECT_TRUE(a.ranks[0].stop);
-    RankReport r = running(ranks[0], 1);
-    r.running = false;
-    r.exited = true;
-    r.code = 75;
-    r.stopped_by_agent = true;
-    report(name, {r});
+    report(name, {ended(ranks[0], 1, 75, true)});
   }
   EXPECT_EQ(job(id).state, "cancelled");
   EXPECT_TRUE(report("local-0").ranks.empty());
@@ -502,18 +507,13 @@ TEST_F(CoordinatorTest, AHigherPriorityJobPreemptsAndTheVictimIsRequeuedWithoutA
   for (auto& [name, ranks] : assigned) {
     AgentAnswer a = report(name);
     ASSERT_EQ(a.ranks.size(), 2u);
-    std::vector<RankReport> ended;
+    std::vector<RankReport> stopped;
     for (const RankAssignment& assignment : a.ranks) {
       EXPECT_TRUE(assignment.stop);
       EXPECT_EQ(assignment.grace_ms, 5000);
-      RankReport r = running(assignment, 3);
-      r.running = false;
-      r.exited = true;
-      r.code = 75;
-      r.stopped_by_agent = true;
-      ended.push_back(r);
+      stopped.push_back(ended(assignment, 3, 75, true));
     }
-    report(name, ended);
+    report(name, stopped);
   }
   coordinator_->tick();
   const JobRecord v = job(victim);
@@ -539,12 +539,7 @@ TEST_F(CoordinatorTest, AJobPastItsTimeLimitIsStoppedAndFails) {
   EXPECT_EQ(job(id).state, "stopping");
   for (auto& [name, ranks] : assigned) {
     if (ranks.empty()) continue;
-    RankReport r = running(ranks[0], 1);
-    r.running = false;
-    r.exited = true;
-    r.code = 75;
-    r.stopped_by_agent = true;
-    report(name, {r});
+    report(name, {ended(ranks[0], 1, 75, true)});
   }
   coordinator_->tick();
   const JobRecord j = job(id);
@@ -564,16 +559,12 @@ TEST_F(CoordinatorTest, APreemptedJobWhoseRanksAllFinishInTheGraceSucceeds) {
   ASSERT_EQ(job(victim).state, "stopping");
   for (int i = 0; i < 4; ++i) {
     AgentAnswer a = report(node(i));
-    std::vector<RankReport> ended;
+    std::vector<RankReport> stopped;
     for (const RankAssignment& assignment : a.ranks) {
       if (assignment.job_id != victim) continue;
-      RankReport r = running(assignment, 3);
-      r.running = false;
-      r.exited = true;
-      r.code = 0;  // it had just finished its last step
-      ended.push_back(r);
+      stopped.push_back(ended(assignment, 3, 0, false));  // it had just finished its last step
     }
-    report(node(i), ended);
+    report(node(i), stopped);
   }
   coordinator_->tick();
   EXPECT_EQ(job(victim).state, "succeeded");

@@ -360,16 +360,7 @@ JobView Coordinator::Impl::job_view(const JobSpec& spec, const std::string& id,
   v.per_node.cpus = int64_t{rpn} * std::max(spec.resources.cpus, 1);
   v.per_node.memory_bytes = int64_t{rpn} * spec.resources.memory_bytes;
   v.per_node.gpus = int64_t{rpn} * spec.resources.gpus;
-  if (!spec.gpu_model.empty()) {
-    size_t start = 0;
-    while (true) {
-      const size_t bar = spec.gpu_model.find('|', start);
-      v.gpu_models.push_back(
-          spec.gpu_model.substr(start, bar == std::string::npos ? bar : bar - start));
-      if (bar == std::string::npos) break;
-      start = bar + 1;
-    }
-  }
+  v.gpu_models = split_gpu_models(spec.gpu_model);
   v.time_limit_s = static_cast<double>(spec.time_limit_ms) / 1e3;
   v.topology.same = spec.topology_same == "switch" ? DomainLevel::kSwitch
                     : spec.topology_same == "rack" ? DomainLevel::kRack

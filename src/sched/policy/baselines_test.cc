@@ -9,20 +9,11 @@
 namespace kiln::sched {
 namespace {
 
+using testing::blocked_head;
 using testing::gpu_job;
 using testing::grid;
 using testing::placement_of;
 using testing::run_on;
-
-Snapshot blocked_head() {
-  Snapshot s;
-  s.nodes = grid(1, 1, 4);
-  run_on(&s, gpu_job("r1", 0, 2, 8, 1000), {"n000", "n001"});
-  run_on(&s, gpu_job("r2", 0, 1, 8, 5000), {"n002"});
-  s.waiting = {gpu_job("head", 1, 3, 8, 1000), gpu_job("long", 2, 1, 8, 2000),
-               gpu_job("short", 3, 1, 8, 500)};
-  return s;
-}
 
 TEST(BaselinesTest, FifoStartsNothingBehindABlockedJob) {
   Plan plan = make_fifo_policy()->decide(blocked_head());

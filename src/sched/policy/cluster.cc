@@ -207,12 +207,6 @@ Cluster::Cluster(const Snapshot& snapshot) : nodes_(&snapshot.nodes) {
   }
 }
 
-int Cluster::pool_id(const std::string& name) const {
-  for (size_t i = 0; i < pool_names.size(); ++i)
-    if (pool_names[i] == name) return static_cast<int>(i);
-  return -1;
-}
-
 Shape Cluster::shape_of(const JobView& job) const {
   Shape s;
   s.need = amount_of(job.per_node);

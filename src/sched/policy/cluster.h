@@ -57,10 +57,8 @@ class Cluster {
   explicit Cluster(const Snapshot& snapshot);
 
   size_t size() const { return free.size(); }
-  Shape shape_of(const JobView& job) const;    // pools: all
-  int pool_id(const std::string& name) const;  // -1: no node has it
+  Shape shape_of(const JobView& job) const;  // pools: all
   const std::string& name(size_t i) const { return (*nodes_)[i].name; }
-  const NodeView& node(size_t i) const { return (*nodes_)[i]; }
 
   // Static eligibility: usable, in one of the shape's pools, of one of its models.
   bool matches(size_t i, const Shape& s) const {

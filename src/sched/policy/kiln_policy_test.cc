@@ -138,13 +138,7 @@ TEST(KilnPolicyTest, GangsArePlacedWholeOrNotAtAllSoTwoHalfClusterGangsCannotDea
 }
 
 TEST(KilnPolicyTest, BackfillUsesHolesOnlyWhereTheHeadJobsReservedStartIsKept) {
-  Snapshot s;
-  s.nodes = grid(1, 1, 4);
-  run_on(&s, gpu_job("r1", 0, 2, 8, 1000), {"n000", "n001"});
-  run_on(&s, gpu_job("r2", 0, 1, 8, 5000), {"n002"});
-  s.waiting = {gpu_job("head", 1, 3, 8, 1000), gpu_job("long", 2, 1, 8, 2000),
-               gpu_job("short", 3, 1, 8, 500)};
-  Plan plan = decide(s);
+  Plan plan = decide(testing::blocked_head());
   EXPECT_EQ(plan.waiting["head"].kind, "reserved");
   EXPECT_EQ(plan.waiting["head"].start_s, 1000);
   // n003 is free now and reserved for head at t=1000: a job done by then may use it...

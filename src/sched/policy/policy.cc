@@ -14,6 +14,18 @@ std::string_view domain_level_name(DomainLevel level) {
   return "none";
 }
 
+std::vector<std::string> split_gpu_models(std::string_view models) {
+  std::vector<std::string> out;
+  if (models.empty()) return out;
+  size_t start = 0;
+  while (true) {
+    const size_t bar = models.find('|', start);
+    out.emplace_back(models.substr(start, bar == std::string_view::npos ? bar : bar - start));
+    if (bar == std::string_view::npos) return out;
+    start = bar + 1;
+  }
+}
+
 std::unique_ptr<Policy> make_policy(std::string_view name) {
   if (name == "kiln") return make_kiln_policy();
   if (name == "fifo") return make_fifo_policy();
@@ -21,9 +33,9 @@ std::unique_ptr<Policy> make_policy(std::string_view name) {
   return nullptr;
 }
 
-bool fits_idle_cluster(const JobView& job, const std::vector<NodeView>& nodes, std::string* why) {
+bool fits_idle_cluster(const JobView& job, std::vector<NodeView> nodes, std::string* why) {
   Snapshot idle;
-  idle.nodes = nodes;
+  idle.nodes = std::move(nodes);
   for (NodeView& n : idle.nodes) {
     n.used = NodeResources{};
     n.state = NodeState::kReady;  // cordoned and down nodes come back

@@ -72,6 +72,19 @@ inline void run_on(Snapshot* s, const JobView& job, const std::vector<std::strin
   s->running.push_back(std::move(a));
 }
 
+// Four nodes in one switch: r1 (limit 1000) on two, r2 (limit 5000) on one, n003 free; waiting:
+// a 3-node head (it can start at t=1000), then a 1-node job too long for the hole and a short one
+// that ends before the head's start.
+inline Snapshot blocked_head() {
+  Snapshot s;
+  s.nodes = grid(1, 1, 4);
+  run_on(&s, gpu_job("r1", 0, 2, 8, 1000), {"n000", "n001"});
+  run_on(&s, gpu_job("r2", 0, 1, 8, 5000), {"n002"});
+  s.waiting = {gpu_job("head", 1, 3, 8, 1000), gpu_job("long", 2, 1, 8, 2000),
+               gpu_job("short", 3, 1, 8, 500)};
+  return s;
+}
+
 inline const Placement* placement_of(const Plan& plan, const std::string& id) {
   for (const Placement& p : plan.placements)
     if (p.job_id == id) return &p;

@@ -286,7 +286,6 @@ Result<SimReport> simulate(const Trace& trace, const Policy& policy, const SimOp
       js.attempt_start_s = t;
       js.attempt_run_s = std::min(js.remaining_s, v.time_limit_s);
       if (report.outcomes[j].first_start_s < 0) report.outcomes[j].first_start_s = t;
-      report.outcomes[j].nodes = p.nodes;
       ++js.generation;
       events.push(Event{t + js.attempt_run_s, j, js.generation});
       js.running_slot = snap.running.size();

@@ -123,8 +123,8 @@ TEST(SimulatorTest, FairShareConvergesToTheTeamsWeights) {
   for (int i = 0; i < 4000; ++i) {
     SimJob s;
     // Whole-node jobs: with mixed sizes the small jobs of a team over its share backfill around
-    // the blocked big jobs of a team under it, and the shares converge more loosely (measured:
-    // 0.65 for 0.75; docs/sched.md).
+    // the blocked big jobs of a team under it, and the shares converge more loosely
+    // (docs/sched.md, "Known limits").
     s.job = testing::gpu_job("j" + std::to_string(i), i, 1, 8);
     s.job.queue = i % 2 == 0 ? "a" : "b";
     s.job.submit_s = 0;

@@ -226,7 +226,7 @@ Result<std::vector<SimJob>> parse_jobs_csv(std::string_view text, const std::str
     j.per_node.memory_bytes = mib * kMiB;
     KILN_ASSIGN_OR_RETURN(j.per_node.gpus, integer(r, f, 7, 0, 1024));
     if (!f[8].empty()) {
-      j.gpu_models = split(f[8], '|');
+      j.gpu_models = split_gpu_models(f[8]);
       for (const std::string& m : j.gpu_models)
         if (!plain_name(m)) return r.error(8, "'" + f[8] + "' is not a model or A|B list");
     }
