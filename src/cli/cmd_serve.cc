@@ -32,6 +32,7 @@
 #include <kiln/sched/policy.h>
 #include <kiln/sched/queue_config.h>
 #include <kiln/sched/secret_box.h>
+#include <kiln/sched/slurm.h>
 #include <kiln/sched/state_store.h>
 
 #include "cli/command.h"
@@ -64,6 +65,11 @@ struct ServeFlags {
   int64_t preempt_grace_s = 30;
   int64_t preempt_min_runtime_s = 600;
   bool json = false;
+  // --executor slurm: nodes and allocations from Slurm (kiln/sched/slurm.h).
+  std::string executor = "local";
+  std::string slurm_partition;
+  std::string slurm_prefix = "kiln";
+  std::string rank_address;
 };
 
 // A pid from the state's settings; 0 (no process) when the text is not one.
@@ -147,15 +153,18 @@ Result<std::string> ensure_store(const ServeFlags& flags, sched::StateStore* sta
   }
   const std::string out = flags.state_dir + "/store.out";
   (void)unlink(out.c_str());
+  // The ranks reach the store where they reach the API: on this host by default; at --bind's
+  // address when the nodes are elsewhere (Slurm nodes in other network namespaces or hosts).
+  const std::string store_bind = flags.bind == "0.0.0.0" ? "127.0.0.1" : flags.bind;
   KILN_ASSIGN_OR_RETURN(
       pid_t pid,
       sched::spawn_detached({{kiln, "--log-file", flags.state_dir + "/store.log", "store", "--port",
-                              "0", "--bind", "127.0.0.1", "--token-file", token_path, "--json"},
+                              "0", "--bind", store_bind, "--token-file", token_path, "--json"},
                              out,
                              {}}));
   KILN_ASSIGN_OR_RETURN(std::string line, sched::wait_for_json_line(out, "port", kDaemonStartMs));
   const std::string addr =
-      "127.0.0.1:" + std::to_string(nlohmann::json::parse(line)["port"].get<int>());
+      store_bind + ":" + std::to_string(nlohmann::json::parse(line)["port"].get<int>());
   KILN_RETURN_IF_ERROR(state->put_setting("store_pid", std::to_string(pid)));
   KILN_RETURN_IF_ERROR(state->put_setting("store_address", addr));
   log.info("started the store daemon", {{"pid", pid}, {"address", addr}});
@@ -267,6 +276,12 @@ int run_serve(ServeFlags flags, const GlobalOptions& globals) {
   options.cordon_window_ms = flags.cordon_window_s * 1000;
   options.team_users = auth->registry.team_users();
   options.preempt_grace_ms = flags.preempt_grace_s * 1000;
+  options.executor = flags.executor;
+  if (flags.executor == "slurm" && flags.local_nodes > 0) {
+    return report_error("serve", Status::invalid_argument(
+                                     "--local-nodes and --executor slurm exclude each other: "
+                                     "under Slurm the nodes are Slurm's"));
+  }
   if (!flags.queues_file.empty()) {
     Result<std::vector<sched::QueueSpec>> queues = sched::load_queue_config(flags.queues_file);
     if (!queues.ok()) return report_error("serve", queues.status());
@@ -306,6 +321,21 @@ int run_serve(ServeFlags flags, const GlobalOptions& globals) {
 
   Result<std::vector<pid_t>> agents = ensure_local_agents(flags, state->get(), url, log);
   if (!agents.ok()) return report_error("serve", agents.status());
+  std::unique_ptr<sched::SlurmExecutor> slurm;
+  if (flags.executor == "slurm") {
+    sched::SlurmOptions so;
+    so.coordinator_url = url;
+    so.kiln_binary = self_executable();
+    so.node_token = auth->node_token;
+    so.work_dir = flags.state_dir + "/slurm";
+    so.partition = flags.slurm_partition;
+    so.name_prefix = flags.slurm_prefix;
+    so.rank_address = flags.rank_address;
+    so.ca_cert = flags.tls_cert;
+    slurm = std::make_unique<sched::SlurmExecutor>(so, coordinator->get(), Logger(sink, "slurm"));
+    s = slurm->start();
+    if (!s.ok()) return report_error("serve", s.with_context("--executor slurm"));
+  }
   if (!auth->admin_token_path.empty()) {
     Status written = write_client_discovery(url, auth->admin_token_path, flags.tls_cert);
     if (!written.ok())
@@ -318,6 +348,7 @@ int run_serve(ServeFlags flags, const GlobalOptions& globals) {
     event["state_dir"] = flags.state_dir;
     event["token_file"] = auth->admin_token_path;
     event["local_nodes"] = flags.local_nodes;
+    event["executor"] = flags.executor;
     if (flags.json) {
       std::cout << event.dump() << std::endl;
     } else {
@@ -344,6 +375,8 @@ int run_serve(ServeFlags flags, const GlobalOptions& globals) {
     signal_number = signals.wait(1000);
   stopping = true;
   ticker.join();
+  // Allocations stay: a coordinator started again finds them by name and follows them.
+  if (slurm) slurm->stop();
   server.stop();
   // An orderly stop takes the embedded cluster down with it; SIGKILL would have left it running.
   for (pid_t pid : *agents)
@@ -409,6 +442,17 @@ Command add_serve_command(CLI::App& parent) {
       ->check(CLI::ExistingFile);
   app->add_option("--tls-key", flags->tls_key, "the certificate's private key (PEM)")
       ->check(CLI::ExistingFile);
+  app->add_option("--executor", flags->executor,
+                  "who owns the nodes: local (agents that join) or slurm (docs/slurm.md)")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"local", "slurm"}));
+  app->add_option("--slurm-partition", flags->slurm_partition,
+                  "with --executor slurm: the partition Kiln's jobs run in (default: Slurm's)");
+  app->add_option("--slurm-prefix", flags->slurm_prefix,
+                  "with --executor slurm: the name prefix of this coordinator's allocations")
+      ->capture_default_str();
+  app->add_option("--rank-address", flags->rank_address,
+                  "with --executor slurm: the address (or interface) ranks advertise for TCP");
   app->add_flag("--json", flags->json, "print the serving line as JSON");
   return {app, [flags](const GlobalOptions& globals) { return run_serve(*flags, globals); }};
 }

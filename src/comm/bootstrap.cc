@@ -71,7 +71,14 @@ Result<RankEnvironment> rank_environment(const EnvLookup& env) {
   } else {
     return Status::not_found("KILN_JOB_TOKEN (or KILN_JOB_TOKEN_FILE) is not set");
   }
-  if (std::optional<std::string> host = env("KILN_HOST")) out.host = *host;
+  if (std::optional<std::string> host = env("KILN_HOST")) {
+    out.host = *host;
+  } else if (std::optional<std::string> node = env("SLURMD_NODENAME");
+             out.source == "slurm" && node && !node->empty()) {
+    // Under Slurm the node is what Slurm calls it: several slurmd on one machine (or hosts
+    // whose names all resolve alike) are still different nodes, whose ranks use TCP.
+    out.host = *node;
+  }
   if (std::optional<std::string> topo = env("KILN_TOPOLOGY"); topo && !topo->empty()) {
     Result<Labels> labels = parse_topology(*topo);
     if (!labels.ok()) return labels.status().with_context("KILN_TOPOLOGY");

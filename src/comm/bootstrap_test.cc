@@ -51,6 +51,25 @@ TEST(BootstrapTest, FallsBackToSlurm) {
   EXPECT_EQ(e->local_rank, 1);
   EXPECT_EQ(e->node_id, 2);
   EXPECT_EQ(e->source, "slurm");
+  EXPECT_EQ(e->host, "");  // no node name: the host name decides
+}
+
+// Ranks group by Slurm's node name (several slurmd on one machine are several nodes), unless
+// KILN_HOST says otherwise; outside Slurm the name means nothing.
+TEST(BootstrapTest, UnderSlurmTheHostIsTheSlurmNode) {
+  std::map<std::string, std::string> env = {{"SLURM_PROCID", "0"},
+                                            {"SLURM_NTASKS", "2"},
+                                            {"SLURMD_NODENAME", "n2"},
+                                            {"KILN_STORE_ADDR", "head:29400"},
+                                            {"KILN_JOB_TOKEN", "t"}};
+  EXPECT_EQ(rank_environment(env_of(env))->host, "n2");
+  env["KILN_HOST"] = "mine";
+  EXPECT_EQ(rank_environment(env_of(env))->host, "mine");
+  env.erase("KILN_HOST");
+  env.erase("SLURM_PROCID");
+  env["KILN_RANK"] = "0";
+  env["KILN_WORLD_SIZE"] = "2";
+  EXPECT_EQ(rank_environment(env_of(env))->host, "");
 }
 
 TEST(BootstrapTest, ErrorsNameTheVariableAndValue) {

@@ -1,4 +1,5 @@
-# kiln_sched proper: state machines, the policy, the coordinator and its API, the node agent.
+# kiln_sched proper: state machines, the policy, the coordinator and its API, the node agent, and
+# the Slurm executor (slurm/: sbatch, squeue, sinfo, scontrol, scancel with timeouts).
 kiln_library(NAME sched
   SOURCES
     agent/node_agent.cc
@@ -6,9 +7,13 @@ kiln_library(NAME sched
     coordinator/auth.cc
     coordinator/coordinator.cc
     coordinator/daemons.cc
+    coordinator/external.cc
     coordinator/queue_config.cc
     coordinator/recovery.cc
     coordinator/reports.cc
+    slurm/command.cc
+    slurm/slurm_executor.cc
+    slurm/slurm_parse.cc
   PUBLIC_DEPS kiln_sched_policy kiln_sched_state kiln_sched_exec kiln_obs kiln_launch kiln_base
               nlohmann_json::nlohmann_json
   PRIVATE_DEPS fmt::fmt OpenSSL::Crypto)
@@ -18,6 +23,9 @@ kiln_tests(NAME sched
     coordinator/api_test.cc
     coordinator/auth_test.cc
     coordinator/coordinator_test.cc
+    coordinator/external_test.cc
     coordinator/queue_config_test.cc
     core/states_test.cc
+    slurm/command_test.cc
+    slurm/slurm_parse_test.cc
   DEPS kiln_sched)

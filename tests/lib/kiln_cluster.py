@@ -41,8 +41,13 @@ def is_kiln(pid):
 
 
 class Cluster:
-    def __init__(self, nodes=4, slots=2, extra=(), state_dir=None, token=None, ca_cert=None):
+    def __init__(self, nodes=4, slots=2, extra=(), state_dir=None, token=None, ca_cert=None,
+                 executor="local", env=None):
+        """`executor`: "local" starts `nodes` agents on this host; "slurm" starts none (the
+        nodes are Slurm's, `env` carries SLURM_CONF) and waits for `nodes` of them."""
         self.nodes = nodes
+        self.executor = executor
+        self.serve_env = env or {}
         self.slots = slots
         self.extra = list(extra)
         self.tmp = tempfile.TemporaryDirectory(prefix="kiln-cluster-")
@@ -59,10 +64,11 @@ class Cluster:
         log = open(os.path.join(self.tmp.name, "serve.err"), "a")
         self.proc = subprocess.Popen(
             [KILN_BIN, "--log-file", os.path.join(self.tmp.name, "serve.log"), "serve",
-             "--state-dir", self.state, "--port", str(self.port), "--local-nodes", str(self.nodes),
+             "--state-dir", self.state, "--port", str(self.port), "--local-nodes",
+             str(self.nodes if self.executor == "local" else 0), "--executor", self.executor,
              "--slots-per-node", str(self.slots), "--json", *self.extra],
             stdout=subprocess.PIPE, stderr=log, text=True,
-            env=dict(os.environ, HOME=self.tmp.name))  # its discovery file stays ours
+            env=dict(os.environ, HOME=self.tmp.name, **self.serve_env))  # discovery file: ours
         log.close()
         line = self.proc.stdout.readline()
         if not line:
@@ -194,7 +200,8 @@ class Cluster:
 
     # --- the ranks, as their agents started them
     def agent_logs(self):
-        root = os.path.join(self.state, "nodes")
+        # The local agents' directories, or under Slurm those of the agents in the allocations.
+        root = os.path.join(self.state, "slurm" if self.executor == "slurm" else "", "nodes")
         out = []
         if not os.path.isdir(root):
             return out

@@ -86,6 +86,10 @@ struct CoordinatorOptions {
   // A preempted job's ranks get SIGTERM, this long to checkpoint and exit 75, then SIGKILL.
   int64_t preempt_grace_ms = 30000;
   double fair_share_half_life_s = 7 * 24 * 3600.0;
+  // Who owns the nodes: "local" (agents register their nodes by reporting) or an external
+  // resource manager, "slurm" (nodes, their states and each attempt's allocation come from its
+  // executor through executor_report(); agents run inside the allocations).
+  std::string executor = "local";
 };
 
 // One rank as an agent reports it.
@@ -143,6 +147,67 @@ struct AgentAnswer {
   bool cordoned = false;
 };
 
+// --- an external resource manager (Slurm), through its executor (slurm.h) ---
+//
+// Level-triggered like the agents: the executor asks for the whole intent (every allocation the
+// coordinator wants to exist, every node it wants drained), makes the manager match it (submits,
+// cancels, drains, resumes), and reports the whole observed state back. Losing any message, or a
+// coordinator restart, is repaired by the next round.
+
+// One attempt's allocation as the coordinator wants it.
+struct AllocationIntent {
+  std::string job_id;
+  int attempt = 0;
+  std::string name;                // the allocation's name in the manager: <prefix>.<job>.<attempt>
+  std::vector<std::string> nodes;  // where the policy placed it
+  int ranks_per_node = 1;
+  int cpus_per_rank = 1;
+  int64_t memory_per_rank_bytes = 0;  // 0: unset
+  int gpus_per_rank = 0;
+  int64_t time_limit_ms = 0;  // 0: none
+  std::string team;
+  std::string workdir;
+};
+
+struct ExecutorIntent {
+  std::vector<AllocationIntent> allocations;
+  // Nodes the coordinator wants drained, with the reason it gives ("kiln: cordoned: ...").
+  std::map<std::string, std::string> drains;
+};
+
+// A node as the manager sees it.
+struct ExternalNode {
+  std::string name;
+  bool responding = true;  // false: the manager marks it down / not responding
+  bool drained = false;    // drained or draining
+  std::string reason;      // the manager's reason for a down or drained node
+  int cpus = 0;
+  int64_t memory_bytes = 0;  // 0: unknown
+  int gpus = 0;
+  std::string partition;
+};
+
+// An allocation of this coordinator as the manager sees it (found by its name).
+struct ExternalAllocation {
+  std::string job_id;
+  int attempt = 0;
+  std::string id;     // the manager's job id ("123")
+  std::string state;  // the manager's state: PENDING, RUNNING, COMPLETED, NODE_FAIL, ...
+  std::string reason;
+  std::vector<std::string> nodes;
+  bool ended = false;  // a terminal state
+};
+
+struct ExecutorReport {
+  std::string manager = "slurm";
+  std::vector<ExternalNode> nodes;
+  std::vector<ExternalAllocation> allocations;
+  // Allocations submitted this round (the manager's id for each intent), and submissions that
+  // failed with the manager's error: both become events.
+  std::vector<ExternalAllocation> submitted;
+  std::map<std::string, std::string> submit_errors;  // job id -> error
+};
+
 // What `kiln status` shows of a job.
 struct JobStatus {
   JobRecord record;          // spec secrets are redacted by the API, not here
@@ -178,6 +243,10 @@ class Coordinator {
 
   // --- the agents ---
   Result<AgentAnswer> report(const AgentReport& report);
+
+  // --- an external resource manager's executor (CoordinatorOptions::executor) ---
+  ExecutorIntent executor_intent(const std::string& name_prefix);
+  Status executor_report(const ExecutorReport& report);
 
   // Timeouts, restarts after backoff, scheduling. Called every ~100 ms by the server and after
   // every report that changed something.

@@ -64,6 +64,10 @@ JobRuntime& Coordinator::Impl::runtime_of(const JobRecord& job) {
     for (RankRuntime& r : rt.ranks)
       r.progress_mono_ns = rt.attempt_mono_ns;
     rt.pending_exit_mono_ns = 0;
+    rt.allocation_id.clear();
+    rt.allocation_state.clear();
+    rt.allocation_running = false;
+    rt.allocation_ended = false;
   }
   return rt;
 }

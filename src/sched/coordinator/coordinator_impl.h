@@ -60,6 +60,11 @@ struct JobRuntime {
   RankReport pending_exit;
   // Nodes its faults were blamed on: the policy places the next attempt elsewhere if it can.
   std::vector<std::string> avoid;
+  // Under an external manager (options.executor != "local"): this attempt's allocation.
+  std::string allocation_id;     // the manager's job id, once seen
+  std::string allocation_state;  // as last reported
+  bool allocation_running = false;
+  bool allocation_ended = false;  // its ranks are gone with it
 };
 
 struct NodeRuntime {
@@ -70,6 +75,8 @@ struct NodeRuntime {
   int cpus = 0;
   int64_t memory_bytes = 0;
   int gpus = 0;
+  // Under an external manager: the last report of the agent inside an allocation on this node.
+  int64_t agent_mono_ns = 0;
 };
 
 struct Coordinator::Impl {
@@ -92,6 +99,8 @@ struct Coordinator::Impl {
   int64_t ledger_advanced_mono_ns = 0;
 
   int64_t mono() const { return clock->monotonic_ns(); }
+  // Nodes and allocations come from an external resource manager's executor (external.cc).
+  bool external() const { return options.executor != "local"; }
   int64_t wall() const { return clock->wall_ns(); }
 
   // reports.cc
@@ -104,6 +113,8 @@ struct Coordinator::Impl {
 
   // recovery.cc
   Status detect_timeouts();
+  Status detect_external_timeouts();
+  Status detect_rank_timeouts();
   // `isolate`: the fault implicates the node (suspect, then cordon); a program that exited with
   // an error of its own (no signal, no peer blamed) implicates the job, not the machine.
   Status fault(JobRecord* job, FaultCause cause, int rank, const std::string& node,
@@ -120,6 +131,11 @@ struct Coordinator::Impl {
   NodeView node_view(const std::string& name, const NodeRecord& node);
   JobView job_view(const JobSpec& spec, const std::string& id,
                    const std::vector<std::string>& avoid) const;
+
+  // external.cc
+  Status external_node(const ExternalNode& n, const std::string& manager);
+  Status external_allocation(JobRecord job, const ExternalAllocation* seen,
+                             const std::string& manager);
 
   // coordinator.cc
   JobRuntime& runtime_of(const JobRecord& job);

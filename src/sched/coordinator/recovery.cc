@@ -131,7 +131,10 @@ Status Coordinator::Impl::fault(JobRecord* job, FaultCause cause, int rank, cons
 
 Status Coordinator::Impl::detect_timeouts() {
   const int64_t now = mono();
-  // Lost agents first: their ranks are gone with them.
+  // Lost agents first: their ranks are gone with them. Under an external manager the node's
+  // life is the manager's to judge (executor_report); here only an agent that reported inside
+  // a running allocation and then fell silent.
+  if (external()) return detect_external_timeouts();
   for (auto& [name, node] : nodes) {
     if (node.state == "down") continue;
     const NodeRuntime& nrt = node_runtime[name];
@@ -156,6 +159,42 @@ Status Coordinator::Impl::detect_timeouts() {
           fault(&job, FaultCause::kNodeLost, rank, name, "node " + name + " lost: " + why));
     }
   }
+  return detect_rank_timeouts();
+}
+
+// A running allocation whose agent on some node reported and then went silent: that node is lost.
+Status Coordinator::Impl::detect_external_timeouts() {
+  const int64_t now = mono();
+  std::vector<std::string> ids;
+  for (const auto& [id, job] : jobs)
+    ids.push_back(id);
+  for (const std::string& id : ids) {
+    auto it = jobs.find(id);
+    if (it == jobs.end()) continue;
+    JobRecord job = it->second;
+    const JobState st = state_of(job);
+    if (st != JobState::kPlaced && st != JobState::kRunning) continue;
+    JobRuntime& rt = runtime_of(job);
+    if (!rt.allocation_running) continue;
+    for (size_t i = 0; i < job.nodes.size(); ++i) {
+      const NodeRuntime& nrt = node_runtime[job.nodes[i]];
+      if (nrt.agent_mono_ns < rt.attempt_mono_ns) continue;  // not reported in this attempt
+      const int64_t silent_ms = (now - nrt.agent_mono_ns) / kNsPerMs;
+      if (silent_ms <= options.node_timeout_ms) continue;
+      KILN_RETURN_IF_ERROR(fault(&job, FaultCause::kNodeLost,
+                                 static_cast<int>(i) * std::max(job.spec.ranks_per_node, 1),
+                                 job.nodes[i],
+                                 "node " + job.nodes[i] + " lost: its agent in " +
+                                     options.executor + " job " + rt.allocation_id +
+                                     " sent no report for " + std::to_string(silent_ms) + " ms"));
+      break;
+    }
+  }
+  return detect_rank_timeouts();
+}
+
+Status Coordinator::Impl::detect_rank_timeouts() {
+  const int64_t now = mono();
   // Error exits that no peer's report explained within the settle time: the program's fault.
   for (auto& [id, rt] : runtime) {
     if (rt.pending_exit_mono_ns == 0 ||
@@ -183,6 +222,8 @@ Status Coordinator::Impl::detect_timeouts() {
     if (st != JobState::kPlaced && st != JobState::kRunning) continue;
     JobRuntime& rt = runtime_of(job);
     if (!reports_progress(job, rt)) continue;
+    // Ranks waiting for their allocation have not started: no clock runs for them yet.
+    if (external() && !rt.allocation_running) continue;
     int culprit = -1;
     FaultCause cause = FaultCause::kHung;
     int64_t stalled_ms = 0;
@@ -244,7 +285,9 @@ Status Coordinator::Impl::finish_stops() {
       const size_t node_index = i / static_cast<size_t>(per_node);
       const std::string& node = node_index < job.nodes.size() ? job.nodes[node_index] : "";
       auto n = nodes.find(node);
-      const bool node_down = n == nodes.end() || n->second.state == "down";
+      // Under an external manager, an allocation that ended or never ran holds no ranks.
+      const bool node_down = n == nodes.end() || n->second.state == "down" ||
+                             (external() && (rt.allocation_ended || !rt.allocation_running));
       if (!r.ended && !node_down) all_gone = false;
       if (!r.ended || !r.end.exited || r.end.code != 0) all_clean = false;
     }
@@ -534,7 +577,7 @@ Status Coordinator::Impl::enforce_time_limits() {
       continue;
     }
     auto rt = runtime.find(id);
-    if (rt == runtime.end()) continue;
+    if (rt == runtime.end() || (external() && !rt->second.allocation_running)) continue;
     if ((now - rt->second.attempt_mono_ns) / kNsPerMs > job.spec.time_limit_ms) over.push_back(id);
   }
   for (const std::string& id : over) {

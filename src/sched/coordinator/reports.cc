@@ -42,6 +42,24 @@ std::vector<std::string> rank_command(const CoordinatorOptions& options, const J
 }  // namespace
 
 Status Coordinator::Impl::register_node(const AgentReport& report, bool* changed) {
+  if (external()) {
+    // The manager owns the node list, states and capacities; an agent is only the hands of an
+    // allocation on one of its nodes.
+    auto it = nodes.find(report.node);
+    if (it == nodes.end()) {
+      return Status::invalid_argument("node '" + report.node + "' is not a node of the " +
+                                      options.executor + " cluster this coordinator runs on");
+    }
+    node_runtime[report.node].agent_mono_ns = mono();
+    // Where `kiln logs` reads the node's rank logs while this allocation's agent lives.
+    if (!report.address.empty() && it->second.agent_address != report.address) {
+      NodeRecord node = it->second;
+      node.agent_address = report.address;
+      KILN_ASSIGN_OR_RETURN(NodeRecord stored, store->upsert_node(node, {}));
+      it->second = std::move(stored);
+    }
+    return Status();
+  }
   NodeRuntime& nrt = node_runtime[report.node];
   nrt.report_mono_ns = mono();
   nrt.cpus = report.cpus;
