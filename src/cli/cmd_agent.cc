@@ -40,6 +40,7 @@ struct AgentFlags {
   std::string work_dir;
   std::string node_token_file;
   std::string rank_address;
+  std::string logs_bind;
 };
 
 Result<std::map<std::string, std::string>> parse_labels(const std::string& text) {
@@ -114,6 +115,16 @@ int run_agent(const AgentFlags& flags, const GlobalOptions& globals) {
     join.slots = flags.slots;
     join.work_dir = flags.work_dir;
     join.rank_address = flags.rank_address;
+    if (!flags.logs_bind.empty()) {
+      // The coordinator is told this address: one it cannot dial would break `kiln logs`.
+      if (flags.logs_bind == "0.0.0.0" || flags.logs_bind == "::") {
+        return report_error("agent", Status::invalid_argument(
+                                         "--logs-bind " + flags.logs_bind +
+                                         ": give the address the coordinator reaches this node "
+                                         "at (the agent tells it this address), not a wildcard"));
+      }
+      join.bind_address = flags.logs_bind;
+    }
     if (const char* ca = std::getenv("KILN_CA_CERT"); ca != nullptr) join.ca_cert_path = ca;
     Result<std::unique_ptr<sched::JoinedAgent>> j = sched::JoinedAgent::start(join, log);
     if (!j.ok()) return report_error("agent", j.status());
@@ -185,6 +196,10 @@ Command add_agent_command(CLI::App& parent) {
   app->add_option("--work-dir", flags->work_dir, "ranks' logs and flight dumps (absolute path)");
   app->add_option("--rank-address", flags->rank_address,
                   "the address this node's ranks advertise for TCP (default: their host name's)");
+  app->add_option("--logs-bind", flags->logs_bind,
+                  "with --join: the address the coordinator reads this node's rank logs from "
+                  "(default 127.0.0.1; on several hosts, one the coordinator reaches; the "
+                  "endpoint takes the node token)");
   app->add_option("--node-token-file", flags->node_token_file,
                   "the coordinator's node token (default $KILN_NODE_TOKEN)");
   return {app, [flags](const GlobalOptions& globals) { return run_agent(*flags, globals); }};

@@ -102,8 +102,8 @@ std::string join_nodes(const json& nodes) {
 void print_event(const json& e) {
   std::cout << text_of(e, "ts") << "  " << std::left << std::setw(11) << text_of(e, "type")
             << " attempt " << text_of(e, "attempt");
-  for (const char* key : {"slurm_job_id", "cause", "rank", "node", "nodes", "why", "message", "reason",
-                          "backoff_ms", "restart", "by"}) {
+  for (const char* key : {"slurm_job_id", "cause", "rank", "node", "nodes", "why", "message",
+                          "reason", "backoff_ms", "restart", "by"}) {
     if (e.contains(key)) std::cout << "  " << key << "=" << text_of(e, key);
   }
   std::cout << "\n";

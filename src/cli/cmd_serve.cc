@@ -69,6 +69,7 @@ struct ServeFlags {
   std::string executor = "local";
   std::string slurm_partition;
   std::string slurm_prefix = "kiln";
+  std::string slurm_placement = "kiln";
   std::string rank_address;
 };
 
@@ -277,10 +278,11 @@ int run_serve(ServeFlags flags, const GlobalOptions& globals) {
   options.team_users = auth->registry.team_users();
   options.preempt_grace_ms = flags.preempt_grace_s * 1000;
   options.executor = flags.executor;
+  options.manager_places = flags.executor == "slurm" && flags.slurm_placement == "slurm";
   if (flags.executor == "slurm" && flags.local_nodes > 0) {
-    return report_error("serve", Status::invalid_argument(
-                                     "--local-nodes and --executor slurm exclude each other: "
-                                     "under Slurm the nodes are Slurm's"));
+    return report_error(
+        "serve", Status::invalid_argument("--local-nodes and --executor slurm exclude each other: "
+                                          "under Slurm the nodes are Slurm's"));
   }
   if (!flags.queues_file.empty()) {
     Result<std::vector<sched::QueueSpec>> queues = sched::load_queue_config(flags.queues_file);
@@ -448,6 +450,11 @@ Command add_serve_command(CLI::App& parent) {
       ->check(CLI::IsMember({"local", "slurm"}));
   app->add_option("--slurm-partition", flags->slurm_partition,
                   "with --executor slurm: the partition Kiln's jobs run in (default: Slurm's)");
+  app->add_option("--slurm-placement", flags->slurm_placement,
+                  "with --executor slurm: who picks a job's nodes: kiln (its policy, --nodelist) "
+                  "or slurm (Slurm's own placement, --exclude of the nodes Kiln will not use)")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"kiln", "slurm"}));
   app->add_option("--slurm-prefix", flags->slurm_prefix,
                   "with --executor slurm: the name prefix of this coordinator's allocations")
       ->capture_default_str();

@@ -417,17 +417,8 @@ Result<std::unique_ptr<Mesh>> build_mesh(const CommOptions& o, const std::string
   // not resolve is one only if some peer needs TCP to this rank (check_tcp_addresses): ranks that
   // all share memory need no address.
   const std::string& iface = o.tcp_interface.empty() ? env.tcp_address : o.tcp_interface;
-  Result<std::string> address = resolve_tcp_address(iface, host);
+  const Result<std::string> address = resolve_tcp_address(iface, host);
   if (!address.ok() && !iface.empty()) return address.status();
-  if (!address.ok()) {
-    // The name ranks group by (KILN_HOST, Slurm's node name) need not be a name the resolver
-    // knows: then the machine's own host name gives the address.
-    const std::string machine = net::local_hostname();
-    if (host != machine) {
-      Result<std::string> own = resolve_tcp_address("", machine);
-      if (own.ok()) address = std::move(own);
-    }
-  }
   net::Fd listener;
   if (address.ok()) {
     mine.tcp_address = *address;

@@ -42,10 +42,17 @@ def is_kiln(pid):
 
 class Cluster:
     def __init__(self, nodes=4, slots=2, extra=(), state_dir=None, token=None, ca_cert=None,
-                 executor="local", env=None):
+                 executor="local", env=None, local_nodes=None, bind=None, wrap=None):
         """`executor`: "local" starts `nodes` agents on this host; "slurm" starts none (the
-        nodes are Slurm's, `env` carries SLURM_CONF) and waits for `nodes` of them."""
+        nodes are Slurm's, `env` carries SLURM_CONF) and waits for `nodes` of them.
+        `local_nodes`: with the local executor, how many of the `nodes` `kiln serve` starts
+        itself (default all; 0 when the test starts its agents with `kiln agent --join`).
+        `bind`: the API address (default 127.0.0.1). `wrap`: argv -> argv for every process this
+        class starts, the coordinator and its clients (a fake host's namespace: fakehosts.py)."""
         self.nodes = nodes
+        self.local_nodes = nodes if local_nodes is None else local_nodes
+        self.bind = bind or "127.0.0.1"
+        self.wrap = wrap or (lambda argv: argv)
         self.executor = executor
         self.serve_env = env or {}
         self.slots = slots
@@ -55,7 +62,7 @@ class Cluster:
         self.port = free_port()
         # With --tls-cert in `extra`, pass the certificate as ca_cert: the clients trust it.
         self.ca_cert = ca_cert
-        self.url = f"{'https' if ca_cert else 'http'}://127.0.0.1:{self.port}"
+        self.url = f"{'https' if ca_cert else 'http'}://{self.bind}:{self.port}"
         self.proc = None
         self.token = token  # None: the admin token the local default makes
 
@@ -63,10 +70,11 @@ class Cluster:
     def start(self, wait_nodes=True):
         log = open(os.path.join(self.tmp.name, "serve.err"), "a")
         self.proc = subprocess.Popen(
-            [KILN_BIN, "--log-file", os.path.join(self.tmp.name, "serve.log"), "serve",
-             "--state-dir", self.state, "--port", str(self.port), "--local-nodes",
-             str(self.nodes if self.executor == "local" else 0), "--executor", self.executor,
-             "--slots-per-node", str(self.slots), "--json", *self.extra],
+            self.wrap([KILN_BIN, "--log-file", os.path.join(self.tmp.name, "serve.log"), "serve",
+                       "--state-dir", self.state, "--port", str(self.port), "--bind", self.bind,
+                       "--local-nodes", str(self.local_nodes if self.executor == "local" else 0),
+                       "--executor", self.executor, "--slots-per-node", str(self.slots), "--json",
+                       *self.extra]),
             stdout=subprocess.PIPE, stderr=log, text=True,
             env=dict(os.environ, HOME=self.tmp.name, **self.serve_env))  # discovery file: ours
         log.close()
@@ -162,8 +170,8 @@ class Cluster:
         return env
 
     def kiln(self, *args, token=None, timeout=60, cwd=None):
-        return subprocess.run([KILN_BIN, *args], capture_output=True, text=True, timeout=timeout,
-                              env=self.env(token), cwd=cwd or SOURCE_DIR)
+        return subprocess.run(self.wrap([KILN_BIN, *args]), capture_output=True, text=True,
+                              timeout=timeout, env=self.env(token), cwd=cwd or SOURCE_DIR)
 
     def kiln_json(self, *args, **kw):
         r = self.kiln(*args, "--json", **kw)

@@ -3,11 +3,14 @@
 - submit, status, events with the Slurm job ids, cancel (the allocation goes with the job);
 - kill -9 a rank: the fault names the culprit, whose node is drained in Slurm with Kiln's reason,
   and the job restarts as a new allocation that excludes it, resuming from its newest checkpoint;
-- `scontrol update NodeName=n3 State=DOWN` makes Kiln mark n3 down, and RESUME brings it back;
-- a job larger than the cluster is refused at submit with a clear error.
+- `scontrol update NodeName=n3 State=DOWN` makes Kiln cordon n3, and RESUME brings it back;
+- a job larger than the cluster is refused at submit with a clear error;
+- with `--slurm-placement slurm`, Slurm picks the gang's nodes (none Kiln cordoned) and they
+  become the job's.
 
 The model is the 2-layer GPT-2 of tests/coordinator/recovery_test.py, one rank per node.
 """
+import json
 import os
 import signal
 import sys
@@ -27,16 +30,19 @@ STEPS = 48
 
 
 def rank_steps(cluster, node, job, attempt, rank):
-    """The step numbers a rank's log holds, read from the file its agent wrote."""
+    """The step numbers in a rank's log (include/kiln/sched/rank_log.h: one JSON record per
+    line, the rank's own line in "line"), read from the file its agent wrote."""
     path = os.path.join(cluster.state, "slurm", "nodes", node, job, f"attempt-{attempt}",
                         f"rank-{rank}.log")
-    with open(path, errors="replace") as f:
-        text = f.read()
     steps = []
-    for part in text.split('{"step":')[1:]:
-        number = part.split(",")[0].strip()
-        if number.isdigit():
-            steps.append(int(number))
+    with open(path, errors="replace") as f:
+        for record in f:
+            try:
+                line = json.loads(record).get("line", "")
+                if line.startswith('{"step"'):
+                    steps.append(json.loads(line)["step"])
+            except ValueError:
+                continue
     return steps
 
 
@@ -61,7 +67,8 @@ class SlurmExecutorTest(unittest.TestCase):
 
     def test_jobs_faults_and_node_states_through_slurm(self):
         with LocalSlurm("ex", 53) as slurm, \
-                Cluster(nodes=4, executor="slurm", extra=["--cordon-after", "3"],
+                Cluster(nodes=4, executor="slurm",
+                        extra=["--cordon-after", "3", "--rank-address", "127.0.0.1"],
                         env={"SLURM_CONF": slurm.conf}) as cluster:
             nodes = {n["name"]: n for n in cluster.node_list()}
             self.assertEqual(sorted(nodes), ["n1", "n2", "n3", "n4"])
@@ -74,12 +81,16 @@ class SlurmExecutorTest(unittest.TestCase):
 
             job = cluster.submit(write_job(self.tmp.name, "faulty", steps=STEPS))
             cluster.wait_state(job, "running", 120)
+            # The ranks may report before the executor's next squeue (once a second) sees the
+            # allocation RUNNING: wait for that event rather than race it.
+            running = wait_until(
+                lambda: [e for e in cluster.events(job) if e["type"] == "allocation_running"],
+                30, "the allocation_running event")
             events = cluster.events(job)
             alloc = [e for e in events if e["type"] == "allocation"]
             self.assertEqual(len(alloc), 1, events)
             first_id = alloc[0]["slurm_job_id"]
-            self.assertTrue(any(e["type"] == "allocation_running" and
-                                e["slurm_job_id"] == first_id for e in events), events)
+            self.assertEqual([e["slurm_job_id"] for e in running], [first_id], events)
             jobs = self.squeue(slurm)
             self.assertIn([first_id, f"kiln.{job}.0", "RUNNING", "n[1-2]"], jobs)
             status = cluster.status(job)
@@ -118,13 +129,14 @@ class SlurmExecutorTest(unittest.TestCase):
             self.assertEqual(max(steps), STEPS)
             self.assertGreaterEqual(min(steps) - 1, 8, steps)
 
-            # Slurm marks n3 down: Kiln marks it down; back up, it is ready again.
+            # scontrol update NodeName=n3 State=DOWN: Kiln cordons n3 with Slurm's reason; once
+            # resumed in Slurm it is ready again.
             slurm.client(["scontrol", "update", "NodeName=n3", "State=DOWN", "Reason=chaos"],
                          check=True)
             n3 = wait_until(lambda: next((n for n in cluster.node_list()
-                                          if n["name"] == "n3" and n["state"] == "down"), None),
-                            15, "Kiln to mark n3 down")
-            self.assertIn("slurm: down: chaos", n3["reason"])
+                                          if n["name"] == "n3" and n["state"] == "cordoned"),
+                                         None), 15, "Kiln to cordon n3")
+            self.assertEqual(n3["reason"], "slurm: down: chaos")
             slurm.client(["scontrol", "update", "NodeName=n3", "State=RESUME"], check=True)
             wait_until(lambda: next((n for n in cluster.node_list()
                                      if n["name"] == "n3" and n["state"] == "ready"), None),
@@ -141,6 +153,39 @@ class SlurmExecutorTest(unittest.TestCase):
             wait_until(lambda: any(j[0] == other_id and j[2] in ("CANCELLED", "COMPLETED")
                                    for j in self.squeue(slurm)), 30,
                        "the allocation to end in Slurm")
+
+    def test_slurm_places_the_gang_when_told_to(self):
+        # `--slurm-placement slurm`: sbatch gets only the node count and the nodes Kiln will not
+        # have (--exclude); the nodes Slurm picks become the job's.
+        with LocalSlurm("ep", 54) as slurm, \
+                Cluster(nodes=4, executor="slurm",
+                        extra=["--rank-address", "127.0.0.1", "--slurm-placement", "slurm"],
+                        env={"SLURM_CONF": slurm.conf}) as cluster:
+            r = cluster.kiln("cordon", "n1", "--reason", "disk errors")
+            self.assertEqual(r.returncode, 0, r.stderr)
+            job = cluster.submit(write_job(self.tmp.name, "placed", steps=STEPS))
+            running = wait_until(
+                lambda: [e for e in cluster.events(job) if e["type"] == "allocation_running"],
+                120, "the allocation to run")[0]
+            info = slurm.job_info(running["slurm_job_id"])
+            self.assertEqual(info.get("ReqNodeList"), "(null)", info)  # no --nodelist
+            self.assertEqual(info.get("ExcNodeList"), "n1", info)
+            slurm_nodes = slurm.client(["scontrol", "show", "hostnames", info["NodeList"]],
+                                       check=True).stdout.split()
+            self.assertEqual(sorted(running["nodes"]), sorted(slurm_nodes), running)
+
+            # `kiln logs` reads a rank's log from the agent inside the allocation.
+            def rank0_log():
+                try:
+                    return cluster.logs(job, 0)
+                except AssertionError:  # not started yet
+                    return None
+            self.assertTrue(wait_until(rank0_log, 60, "rank 0's log through kiln logs"))
+            final = cluster.wait_state(job, ["succeeded", "failed"], 300)
+            self.assertEqual(final["state"], "succeeded", final)
+            self.assertEqual(sorted(final["nodes"]), sorted(slurm_nodes))
+            print(f"\nSlurm placed {job} on {info['NodeList']} (excluded {info['ExcNodeList']})",
+                  flush=True)
 
 
 if __name__ == "__main__":

@@ -100,8 +100,10 @@ class SbatchTest(unittest.TestCase):
     def test_tiny_on_two_nodes_equals_nproc4_and_a_job_too_large_is_refused(self):
         with LocalSlurm("sb", 51) as slurm:
             out = os.path.join(self.tmp, "job.out")
+            # Four slurmd on one machine: node names n1..n4 are not host names, so ranks
+            # advertise loopback for TCP.
             env = {"KILN": KILN_BIN, "KILN_JOB_DIR": os.path.join(self.tmp, "job"),
-                   "KILN_CKPT_EVERY": "4"}
+                   "KILN_CKPT_EVERY": "4", "KILN_COMM_ADDR": "127.0.0.1"}
             job = slurm.sbatch(self.sbatch_args(out), env=env)
             info = slurm.wait_job(job, {"COMPLETED"}, 600, fail_states={"FAILED", "CANCELLED"})
             self.assertEqual(info.get("NodeList"), "n[1-2]")

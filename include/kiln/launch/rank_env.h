@@ -17,7 +17,8 @@
 //   KILN_ATTEMPT         which attempt of the job this is, an integer >= 0       optional
 // Under Slurm, when KILN_RANK and KILN_WORLD_SIZE are absent: SLURM_PROCID, SLURM_NTASKS,
 // SLURM_LOCALID, SLURM_NODEID give the identity, SLURMD_NODENAME the host (unless KILN_HOST is
-// set), SLURM_JOB_ID and SLURM_RESTART_COUNT the job and attempt. Without any of them the job is "default", attempt 0 (a rank uses what it is given).
+// set), SLURM_JOB_ID and SLURM_RESTART_COUNT the job and attempt. Without any of them the job is
+// "default", attempt 0 (a rank uses what it is given).
 //
 // kiln_comm parses the identity part itself (include/kiln/comm/bootstrap.h: comm sits below this
 // library and must not include it); this header adds the job and attempt, writes the whole set

@@ -90,6 +90,13 @@ struct CoordinatorOptions {
   // resource manager, "slurm" (nodes, their states and each attempt's allocation come from its
   // executor through executor_report(); agents run inside the allocations).
   std::string executor = "local";
+  // With an external manager: who picks a gang's nodes. false: Kiln's policy, and the manager is
+  // told exactly those (--nodelist). true: the manager, told only how many and which nodes Kiln
+  // will not have (--exclude: suspect, cordoned, down). The policy still admits, orders and
+  // counts capacity; its placement holds the capacity until the manager runs the allocation, and
+  // then the manager's nodes become the job's (positions of nodes in both are kept, so a rank
+  // never moves). Agents get no ranks of such an attempt before that.
+  bool manager_places = false;
 };
 
 // One rank as an agent reports it.
@@ -160,6 +167,10 @@ struct AllocationIntent {
   int attempt = 0;
   std::string name;                // the allocation's name in the manager: <prefix>.<job>.<attempt>
   std::vector<std::string> nodes;  // where the policy placed it
+  // CoordinatorOptions::manager_places: the manager picks `nodes.size()` nodes itself, none of
+  // `exclude` (those Kiln would not place a new attempt on); `nodes` is then only a count.
+  bool manager_places = false;
+  std::vector<std::string> exclude;
   int ranks_per_node = 1;
   int cpus_per_rank = 1;
   int64_t memory_per_rank_bytes = 0;  // 0: unset
@@ -178,7 +189,8 @@ struct ExecutorIntent {
 // A node as the manager sees it.
 struct ExternalNode {
   std::string name;
-  bool responding = true;  // false: the manager marks it down / not responding
+  bool responding = true;  // false: the manager cannot reach it (Slurm's "down*")
+  bool down = false;       // set down (or failing) while it responds: an administrator's DOWN
   bool drained = false;    // drained or draining
   std::string reason;      // the manager's reason for a down or drained node
   int cpus = 0;

@@ -105,6 +105,7 @@ struct Coordinator::Impl {
 
   // reports.cc
   AgentAnswer answer_for(const std::string& node);
+  bool manager_placement_known(std::map<std::string, JobRuntime>::const_iterator rt) const;
   Status take_report(const AgentReport& report, bool* changed);
   Status register_node(const AgentReport& report, bool* changed);
 

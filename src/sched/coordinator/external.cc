@@ -20,6 +20,31 @@ bool from_manager(const NodeRecord& node) {
   return node.reason.rfind(kSlurmPrefix, 0) == 0;
 }
 
+// The manager placed an attempt itself (CoordinatorOptions::manager_places): its nodes become
+// the job's. A node in both keeps its position, so a rank never changes its number; the
+// manager's other nodes fill the remaining positions in the manager's order.
+std::vector<std::string> adopt_nodes(const std::vector<std::string>& planned,
+                                     const std::vector<std::string>& actual) {
+  std::vector<std::string> out(planned.size());
+  std::set<std::string> used;
+  const std::set<std::string> chosen(actual.begin(), actual.end());
+  for (size_t i = 0; i < planned.size(); ++i) {
+    if (chosen.count(planned[i]) != 0) {
+      out[i] = planned[i];
+      used.insert(planned[i]);
+    }
+  }
+  size_t next = 0;
+  for (std::string& slot : out) {
+    if (!slot.empty()) continue;
+    while (used.count(actual[next]) != 0)
+      ++next;
+    slot = actual[next];
+    used.insert(slot);
+  }
+  return out;
+}
+
 }  // namespace
 
 ExecutorIntent Coordinator::executor_intent(const std::string& name_prefix) {
@@ -41,6 +66,15 @@ ExecutorIntent Coordinator::executor_intent(const std::string& name_prefix) {
     a.time_limit_ms = job.spec.time_limit_ms;
     a.team = job.team;
     a.workdir = job.workdir;
+    a.manager_places = s.options.manager_places;
+    if (a.manager_places) {
+      for (const auto& [name, node] : s.nodes) {
+        if (node.state != "ready" &&
+            std::find(job.nodes.begin(), job.nodes.end(), name) == job.nodes.end()) {
+          a.exclude.push_back(name);
+        }
+      }
+    }
     in_use.insert(job.nodes.begin(), job.nodes.end());
     intent.allocations.push_back(std::move(a));
   }
@@ -86,11 +120,8 @@ Status Coordinator::Impl::external_node(const ExternalNode& n, const std::string
   }
   const NodeRecord& node = it->second;
   const std::string why = n.reason.empty() ? "" : ": " + n.reason;
-  if (!n.responding) {
-    if (node.state == "down") return Status();
-    KILN_RETURN_IF_ERROR(
-        set_node_state(n.name, NodeState::kDown, kSlurmPrefix + std::string("down") + why));
-    // Its ranks are gone with it.
+  // Slurm ends the jobs on a node it cannot reach or that is set down: so does Kiln, blaming it.
+  auto fault_jobs_on = [&](const std::string& what) -> Status {
     std::vector<std::string> ids;
     for (const auto& [id, job] : jobs)
       if (std::find(job.nodes.begin(), job.nodes.end(), n.name) != job.nodes.end())
@@ -100,17 +131,27 @@ Status Coordinator::Impl::external_node(const ExternalNode& n, const std::string
       const int per_node = std::max(job.spec.ranks_per_node, 1);
       const auto pos = std::find(job.nodes.begin(), job.nodes.end(), n.name) - job.nodes.begin();
       KILN_RETURN_IF_ERROR(fault(&job, FaultCause::kNodeLost, static_cast<int>(pos) * per_node,
-                                 n.name, manager + " marks node " + n.name + " down" + why));
+                                 n.name, manager + " " + what + " node " + n.name + why));
     }
     return Status();
+  };
+  if (!n.responding) {
+    if (node.state == "down") return Status();
+    KILN_RETURN_IF_ERROR(set_node_state(n.name, NodeState::kDown,
+                                        kSlurmPrefix + std::string("not responding") + why));
+    return fault_jobs_on("cannot reach");
   }
+  // Set down while it answers (an administrator's DOWN), or drained for a reason not Kiln's:
+  // cordoned in Kiln with Slurm's reason, until Slurm lets it run jobs again.
   const bool drained_by_others = n.drained && n.reason.rfind("kiln:", 0) != 0;
-  if (drained_by_others) {
-    if (node.state == "cordoned") return Status();
+  if (n.down || drained_by_others) {
+    const std::string reason = kSlurmPrefix + std::string(n.down ? "down" : "drained") + why;
+    if (node.state == "cordoned" && node.reason == reason) return Status();
     if (node.state == "down") {
       KILN_RETURN_IF_ERROR(set_node_state(n.name, NodeState::kReady, "slurm: responds again"));
     }
-    return set_node_state(n.name, NodeState::kCordoned, kSlurmPrefix + std::string("drained") + why);
+    KILN_RETURN_IF_ERROR(set_node_state(n.name, NodeState::kCordoned, reason));
+    return n.down ? fault_jobs_on("set down") : Status();
   }
   // Usable as far as the manager is concerned: lift what only the manager had put on it.
   if (node.state == "down" || (node.state == "cordoned" && from_manager(node))) {
@@ -143,14 +184,31 @@ Status Coordinator::Impl::external_allocation(JobRecord job, const ExternalAlloc
     rt.waiting_kind = "allocation";
   }
   if (first) {
-    KILN_RETURN_IF_ERROR(write_job(&job, st,
-                                   {event(job, "allocation",
-                                          {{"manager", manager},
-                                           {"slurm_job_id", seen->id},
-                                           {"state", seen->state},
-                                           {"nodes", job.nodes}})}));
+    KILN_RETURN_IF_ERROR(
+        write_job(&job, st,
+                  {event(job, "allocation",
+                         {{"manager", manager},
+                          {"slurm_job_id", seen->id},
+                          {"state", seen->state},
+                          // the manager's choice is known once it runs
+                          {"nodes", options.manager_places ? seen->nodes : job.nodes}})}));
   }
   if (seen->state == "RUNNING" && !rt.allocation_running) {
+    const std::set<std::string> distinct(seen->nodes.begin(), seen->nodes.end());
+    if (options.manager_places && distinct.size() != job.nodes.size()) {
+      return fault(&job, FaultCause::kStartFailed, -1, "",
+                   manager + " job " + seen->id + " runs on " + std::to_string(distinct.size()) +
+                       " node(s), the attempt needs " + std::to_string(job.nodes.size()),
+                   false);
+    }
+    std::vector<std::string> moved_from;
+    if (options.manager_places) {
+      std::vector<std::string> adopted = adopt_nodes(job.nodes, seen->nodes);
+      if (adopted != job.nodes) {
+        moved_from = job.nodes;
+        job.nodes = std::move(adopted);
+      }
+    }
     // The attempt's clocks start now: a long wait in the manager's queue is neither a start
     // timeout nor time against the job's limit.
     rt.allocation_running = true;
@@ -159,10 +217,10 @@ Status Coordinator::Impl::external_allocation(JobRecord job, const ExternalAlloc
       if (r.step < 0) r.progress_mono_ns = rt.attempt_mono_ns;
     rt.waiting.clear();
     rt.waiting_kind.clear();
-    KILN_RETURN_IF_ERROR(write_job(
-        &job, st,
-        {event(job, "allocation_running",
-               {{"manager", manager}, {"slurm_job_id", seen->id}, {"nodes", seen->nodes}})}));
+    nlohmann::json detail = {
+        {"manager", manager}, {"slurm_job_id", seen->id}, {"nodes", job.nodes}};
+    if (!moved_from.empty()) detail["planned_nodes"] = moved_from;  // the manager chose others
+    KILN_RETURN_IF_ERROR(write_job(&job, st, {event(job, "allocation_running", detail)}));
   }
   if (!seen->ended || rt.allocation_ended) return Status();
   rt.allocation_ended = true;
@@ -235,8 +293,8 @@ Status Coordinator::executor_report(const ExecutorReport& report) {
     auto it = s.jobs.find(id);
     if (it == s.jobs.end() || just_submitted.count(id) != 0) continue;
     auto a = seen.find({id, it->second.attempt});
-    KILN_RETURN_IF_ERROR(s.external_allocation(
-        it->second, a == seen.end() ? nullptr : a->second, report.manager));
+    KILN_RETURN_IF_ERROR(
+        s.external_allocation(it->second, a == seen.end() ? nullptr : a->second, report.manager));
   }
   for (Status st : {s.finish_stops(), s.schedule()}) {
     if (!st.ok()) s.log.warn("after an executor report", {{"error", st.to_string()}});

@@ -48,6 +48,7 @@ class ExternalTest : public ::testing::Test {
     o.node_timeout_ms = 5000;
     o.cordon_faults = 2;
     o.executor = "slurm";
+    o.manager_places = manager_places_;
     Result<std::unique_ptr<Coordinator>> c =
         Coordinator::open(o, store_.get(), make_kiln_policy({}), &clock_, Logger());
     ASSERT_TRUE(c.ok()) << c.status().to_string();
@@ -168,6 +169,7 @@ class ExternalTest : public ::testing::Test {
   std::vector<ExternalNode> cluster_;
   std::map<std::pair<std::string, int>, ExternalAllocation> allocations_;
   int next_id_ = 100;
+  bool manager_places_ = false;
 };
 
 TEST_F(ExternalTest, NodesComeFromTheManagerAndAJobTooLargeIsRefusedAtSubmit) {
@@ -177,8 +179,7 @@ TEST_F(ExternalTest, NodesComeFromTheManagerAndAJobTooLargeIsRefusedAtSubmit) {
   EXPECT_EQ(node("n1").labels.at("pool"), "debug");
   Result<JobRecord> big = coordinator_->submit(admin_, spec(5), "/work");
   ASSERT_FALSE(big.ok());
-  EXPECT_NE(big.status().message().find("needs 5 node(s) but the cluster has 4"),
-            std::string::npos)
+  EXPECT_NE(big.status().message().find("needs 5 node(s) but the cluster has 4"), std::string::npos)
       << big.status().to_string();
   // An agent on a node the manager does not list is refused.
   AgentReport stray;
@@ -268,43 +269,75 @@ TEST_F(ExternalTest, AKilledRankRestartsTheJobAsANewAllocationAndTheCulpritIsDra
   EXPECT_EQ(node("n2").state, "suspect");
   ASSERT_EQ(intent.allocations.size(), 1u);
   EXPECT_EQ(intent.allocations[0].name, "kiln." + id + ".1");
-  EXPECT_EQ(std::count(intent.allocations[0].nodes.begin(), intent.allocations[0].nodes.end(),
-                       "n2"),
-            0);
+  EXPECT_EQ(
+      std::count(intent.allocations[0].nodes.begin(), intent.allocations[0].nodes.end(), "n2"), 0);
   EXPECT_EQ(last_event(id, "allocation").detail.value("slurm_job_id", ""), "101");
 }
 
-TEST_F(ExternalTest, ADownNodeFaultsItsJobAndADrainedOneIsCordonedUntilResumed) {
+TEST_F(ExternalTest, NodesSlurmCannotUseAreDownOrCordonedUntilSlurmLetsThemBack) {
   const std::string id = submit(spec());
   round();
   slurm_state(id, 0, "RUNNING");
   round();
   agent("n1", 0);
   agent("n2", 0);
-  // scontrol update NodeName=n2 State=DOWN Reason=chaos
+  // n2 stops answering slurmctld ("down*"): down in Kiln, and its job's fault blames it.
   cluster_[1].responding = false;
-  cluster_[1].reason = "chaos";
+  cluster_[1].reason = "Not responding";
   round();
   EXPECT_EQ(node("n2").state, "down");
-  EXPECT_EQ(node("n2").reason, "slurm: down: chaos");
+  EXPECT_EQ(node("n2").reason, "slurm: not responding: Not responding");
   EventRecord fault = last_event(id, "fault");
   EXPECT_EQ(fault.detail.value("cause", ""), "node_lost");
   EXPECT_EQ(fault.detail.value("node", ""), "n2");
-  // An administrator drains n3: cordoned in Kiln with Slurm's reason, never resumed by Kiln.
-  cluster_[2].drained = true;
-  cluster_[2].reason = "bad DIMM";
+  // scontrol update NodeName=n3 State=DOWN Reason=chaos: cordoned with Slurm's reason.
+  cluster_[2].down = true;
+  cluster_[2].reason = "chaos";
+  // An administrator drains n4: cordoned too, and never resumed by Kiln.
+  cluster_[3].drained = true;
+  cluster_[3].reason = "bad DIMM";
   round();
   EXPECT_EQ(node("n3").state, "cordoned");
-  EXPECT_EQ(node("n3").reason, "slurm: drained: bad DIMM");
-  EXPECT_EQ(coordinator_->executor_intent("kiln").drains.count("n3"), 0u);
-  // Both come back.
-  cluster_[1].responding = true;
-  cluster_[1].reason.clear();
-  cluster_[2].drained = false;
-  cluster_[2].reason.clear();
+  EXPECT_EQ(node("n3").reason, "slurm: down: chaos");
+  EXPECT_EQ(node("n4").state, "cordoned");
+  EXPECT_EQ(node("n4").reason, "slurm: drained: bad DIMM");
+  EXPECT_EQ(coordinator_->executor_intent("kiln").drains.count("n4"), 0u);
+  // All come back when Slurm says so.
+  for (ExternalNode& n : cluster_) {
+    n.responding = true;
+    n.down = n.drained = false;
+    n.reason.clear();
+  }
   round();
-  EXPECT_EQ(node("n2").state, "ready");
-  EXPECT_EQ(node("n3").state, "ready");
+  for (const char* n : {"n2", "n3", "n4"})
+    EXPECT_EQ(node(n).state, "ready") << n;
+}
+
+TEST_F(ExternalTest, ANodeSetDownUnderAJobFaultsItAndTheRestartAvoidsIt) {
+  const std::string id = submit(spec());
+  round();
+  slurm_state(id, 0, "RUNNING");
+  round();
+  agent("n1", 0);
+  agent("n2", 0);
+  cluster_[1].down = true;
+  cluster_[1].reason = "chaos";
+  slurm_state(id, 0, "NODE_FAIL");  // Slurm ends the allocation in the same breath
+  round();
+  EventRecord fault = last_event(id, "fault");
+  EXPECT_EQ(fault.detail.value("node", ""), "n2");
+  EXPECT_NE(fault.detail.value("message", "").find("set down node n2: chaos"), std::string::npos)
+      << fault.detail.dump();
+  EXPECT_EQ(job(id).state, "restarting");
+  clock_.advance_ns(1500 * kMs);
+  coordinator_->tick();
+  ExecutorIntent intent = round();
+  ASSERT_EQ(intent.allocations.size(), 1u);
+  // Two healthy nodes, neither of them n2 (n1 did nothing wrong and may serve again).
+  const std::vector<std::string>& again = intent.allocations[0].nodes;
+  EXPECT_EQ(again.size(), 2u);
+  EXPECT_EQ(std::count(again.begin(), again.end(), "n2"), 0);
+  EXPECT_EQ(node("n2").state, "cordoned");
 }
 
 TEST_F(ExternalTest, AKilnCordonIsADrainAndAnAllocationThatEndsUnderRunningRanksIsAFault) {
@@ -361,6 +394,81 @@ TEST_F(ExternalTest, ARestartedCoordinatorFindsItsAllocationsInsteadOfSubmitting
   ASSERT_EQ(intent.allocations.size(), 1u);
   EXPECT_EQ(next_id_, before);  // the allocation of that name exists: nothing submitted
   EXPECT_EQ(job(id).state, "running");
+}
+
+}  // namespace
+}  // namespace kiln::sched
+
+namespace kiln::sched {
+namespace {
+
+TEST_F(ExternalTest, WhenSlurmPlacesTheGangItsNodesBecomeTheJobsAndNoRankChangesItsNumber) {
+  manager_places_ = true;
+  open();
+  ASSERT_TRUE(coordinator_->executor_report(report()).ok());
+  ASSERT_TRUE(coordinator_->cordon(admin_, "n4", "fan failure").ok());
+  const std::string id = submit(spec());
+  ExecutorIntent intent = round();
+  ASSERT_EQ(intent.allocations.size(), 1u);
+  EXPECT_TRUE(intent.allocations[0].manager_places);
+  EXPECT_EQ(intent.allocations[0].nodes.size(), 2u);
+  // Slurm may pick any node but the one Kiln cordoned.
+  EXPECT_EQ(intent.allocations[0].exclude, std::vector<std::string>{"n4"});
+  const std::vector<std::string> planned = job(id).nodes;
+  ASSERT_EQ(planned.size(), 2u);
+  ASSERT_EQ(std::count(planned.begin(), planned.end(), "n3"), 0) << "the test assumes n3 is free";
+
+  // Before Kiln has seen the allocation run, its nodes are unknown: an agent gets no ranks.
+  EXPECT_TRUE(agent(planned[1], 0).empty());
+  // Slurm runs it on n3 and planned[1]: planned[1] keeps its position (and its ranks' numbers),
+  // n3 takes the other.
+  allocations_.at({id, 0}).nodes = {"n3", planned[1]};
+  slurm_state(id, 0, "RUNNING");
+  round();
+  EXPECT_EQ(job(id).nodes, (std::vector<std::string>{"n3", planned[1]}));
+  const EventRecord running = last_event(id, "allocation_running");
+  EXPECT_EQ(running.detail["nodes"], (std::vector<std::string>{"n3", planned[1]}));
+  EXPECT_EQ(running.detail["planned_nodes"], planned);
+  std::vector<RankAssignment> on_n3 = agent("n3", 0);
+  ASSERT_EQ(on_n3.size(), 1u);
+  EXPECT_EQ(on_n3[0].rank, 0);
+  std::vector<RankAssignment> on_other = agent(planned[1], 0);
+  ASSERT_EQ(on_other.size(), 1u);
+  EXPECT_EQ(on_other[0].rank, 1);
+
+  // A restarted coordinator has not seen the allocation run yet, but an agent that reports a
+  // rank of the attempt keeps it (an answer without it would stop it).
+  open();
+  AgentReport r;
+  r.node = "n3";
+  RankReport rr;
+  rr.job_id = id;
+  rr.attempt = 0;
+  rr.rank = 0;
+  rr.running = true;
+  rr.step = 3;
+  r.ranks.push_back(rr);
+  Result<AgentAnswer> a = coordinator_->report(r);
+  ASSERT_TRUE(a.ok()) << a.status().to_string();
+  ASSERT_EQ(a->ranks.size(), 1u);
+  EXPECT_EQ(a->ranks[0].rank, 0);
+  EXPECT_FALSE(a->ranks[0].stop);
+}
+
+TEST_F(ExternalTest, WhenSlurmPlacesOnTooFewNodesTheAttemptFailsToStart) {
+  manager_places_ = true;
+  open();
+  ASSERT_TRUE(coordinator_->executor_report(report()).ok());
+  const std::string id = submit(spec());
+  round();
+  allocations_.at({id, 0}).nodes = {"n3"};
+  slurm_state(id, 0, "RUNNING");
+  round();
+  const EventRecord fault = last_event(id, "fault");
+  EXPECT_EQ(fault.detail.value("cause", ""), "start_failed");
+  EXPECT_NE(fault.detail.value("message", "").find("runs on 1 node(s), the attempt needs 2"),
+            std::string::npos)
+      << fault.detail.dump();
 }
 
 }  // namespace

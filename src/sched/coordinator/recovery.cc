@@ -181,12 +181,11 @@ Status Coordinator::Impl::detect_external_timeouts() {
       if (nrt.agent_mono_ns < rt.attempt_mono_ns) continue;  // not reported in this attempt
       const int64_t silent_ms = (now - nrt.agent_mono_ns) / kNsPerMs;
       if (silent_ms <= options.node_timeout_ms) continue;
-      KILN_RETURN_IF_ERROR(fault(&job, FaultCause::kNodeLost,
-                                 static_cast<int>(i) * std::max(job.spec.ranks_per_node, 1),
-                                 job.nodes[i],
-                                 "node " + job.nodes[i] + " lost: its agent in " +
-                                     options.executor + " job " + rt.allocation_id +
-                                     " sent no report for " + std::to_string(silent_ms) + " ms"));
+      KILN_RETURN_IF_ERROR(
+          fault(&job, FaultCause::kNodeLost,
+                static_cast<int>(i) * std::max(job.spec.ranks_per_node, 1), job.nodes[i],
+                "node " + job.nodes[i] + " lost: its agent in " + options.executor + " job " +
+                    rt.allocation_id + " sent no report for " + std::to_string(silent_ms) + " ms"));
       break;
     }
   }

@@ -253,6 +253,18 @@ Status Coordinator::Impl::take_report(const AgentReport& report, bool* changed) 
   return Status();
 }
 
+// Whether a job's nodes are the manager's choice by now (CoordinatorOptions::manager_places):
+// its allocation was seen running (the nodes were adopted then), or an agent reports one of its
+// ranks, which it only ever got after that (so a coordinator restart, which forgets the first,
+// never withholds ranks that run: an agent stops the ranks its answer leaves out).
+bool Coordinator::Impl::manager_placement_known(
+    std::map<std::string, JobRuntime>::const_iterator rt) const {
+  if (rt == runtime.end()) return false;
+  if (rt->second.allocation_running) return true;
+  return std::any_of(rt->second.ranks.begin(), rt->second.ranks.end(),
+                     [](const RankRuntime& r) { return r.running || r.ended; });
+}
+
 AgentAnswer Coordinator::Impl::answer_for(const std::string& node_name) {
   AgentAnswer answer;
   answer.heartbeat_interval_ms = options.heartbeat_interval_ms;
@@ -264,6 +276,7 @@ AgentAnswer Coordinator::Impl::answer_for(const std::string& node_name) {
     const int per_node = std::max(job.spec.ranks_per_node, 1);
     const int world = static_cast<int>(job.nodes.size()) * per_node;
     auto rt = runtime.find(id);
+    if (external() && options.manager_places && !manager_placement_known(rt)) continue;
     for (size_t i = 0; i < job.nodes.size(); ++i) {
       if (job.nodes[i] != node_name) continue;
       for (int local = 0; local < per_node; ++local) {

@@ -22,17 +22,23 @@ namespace {
 // all of the node's allocated CPUs), which then starts the attempt's ranks as the coordinator
 // tells it. Everything it needs comes in the job's environment (sbatch passes its own), so the
 // script holds no secret and is the same for every job.
-constexpr const char* kBatchScript = R"(#!/bin/bash
+constexpr const char* kBatchScript = R"SH(#!/bin/bash
 # Written by `kiln serve --executor slurm`: one Kiln node agent per node of this allocation; the
 # agents join the coordinator at $KILN_COORDINATOR and run the ranks it assigns to their node.
+# Each agent serves its ranks' logs (to the coordinator, with the node token) on the address its
+# node uses to reach the coordinator, which is the one the coordinator can reach it back on.
 set -u
 args=(agent --join "$KILN_COORDINATOR" --slots "$KILN_SLOTS" --metrics-port 0)
 [ -n "${KILN_RANK_ADDRESS:-}" ] && args+=(--rank-address "$KILN_RANK_ADDRESS")
 exec srun --ntasks-per-node=1 --cpus-per-task="${SLURM_CPUS_ON_NODE:-1}" --kill-on-bad-exit=0 \
-  --mpi=none bash -c 'd="$KILN_AGENT_DIR/$SLURMD_NODENAME" && mkdir -p "$d" &&
+  --mpi=none bash -c 'd="$KILN_AGENT_DIR/$SLURMD_NODENAME" && mkdir -p "$d" || exit 1
+    host=${KILN_COORDINATOR#*://}; host=${host%%[:/]*}
+    read -r ip _ < <(getent ahostsv4 "$host" 2>/dev/null)
+    route=$(ip -4 -o route get "${ip:-$host}" 2>/dev/null)
+    if [[ $route == *" src "* ]]; then src=${route#* src }; set -- "$@" --logs-bind "${src%% *}"; fi
     exec "$KILN_BIN" --log-file "$d/agent.log" "$@" --node-name "$SLURMD_NODENAME" --work-dir "$d"' \
   kiln-agent "${args[@]}"
-)";
+)SH";
 
 // "<prefix>.<job>.<attempt>" -> (job, attempt); false for anyone else's job.
 bool parse_name(const std::string& name, const std::string& prefix, std::string* job,
@@ -58,6 +64,9 @@ int64_t id_number(const std::string& id) {
   }
   return v;
 }
+
+// Slurm keeps a node's reason whole, but a reason is for people: Kiln's are cut at this.
+constexpr size_t kReasonMax = 200;
 
 std::string first_line(const std::string& text) {
   std::string line = text.substr(0, text.find('\n'));
@@ -162,19 +171,22 @@ Status SlurmExecutor::observe(ExecutorReport* report, std::vector<SlurmJob>* our
 }
 
 Status SlurmExecutor::submit(const AllocationIntent& a, ExecutorReport* report) {
-  std::vector<std::string> argv = {"sbatch",
-                                   "--parsable",
-                                   "--job-name=" + a.name,
-                                   "--nodes=" + std::to_string(a.nodes.size()),
-                                   "--ntasks-per-node=" + std::to_string(a.ranks_per_node),
-                                   "--cpus-per-task=" + std::to_string(std::max(a.cpus_per_rank, 1)),
-                                   // Kiln restarts a failed attempt itself, as a new allocation.
-                                   "--no-requeue",
-                                   "--output=" + options_.work_dir + "/allocations/%x.%j.out"};
-  std::string nodelist;
-  for (const std::string& n : a.nodes)
-    nodelist += (nodelist.empty() ? "" : ",") + n;
-  argv.push_back("--nodelist=" + nodelist);
+  std::vector<std::string> argv = {
+      "sbatch", "--parsable", "--job-name=" + a.name, "--nodes=" + std::to_string(a.nodes.size()),
+      "--ntasks-per-node=" + std::to_string(a.ranks_per_node),
+      "--cpus-per-task=" + std::to_string(std::max(a.cpus_per_rank, 1)),
+      // Kiln restarts a failed attempt itself, as a new allocation.
+      "--no-requeue", "--output=" + options_.work_dir + "/allocations/%x.%j.out"};
+  auto joined = [](const std::vector<std::string>& names) {
+    std::string out;
+    for (const std::string& n : names)
+      out += (out.empty() ? "" : ",") + n;
+    return out;
+  };
+  // Kiln's placement exactly, or (manager_places) Slurm's own among the nodes Kiln accepts.
+  const std::string nodelist = a.manager_places ? "" : joined(a.nodes);
+  if (!a.manager_places) argv.push_back("--nodelist=" + nodelist);
+  if (a.manager_places && !a.exclude.empty()) argv.push_back("--exclude=" + joined(a.exclude));
   if (a.memory_per_rank_bytes > 0) {
     const int64_t per_cpu = a.memory_per_rank_bytes / std::max(a.cpus_per_rank, 1);
     argv.push_back("--mem-per-cpu=" + std::to_string((per_cpu + (1 << 20) - 1) >> 20) + "M");
@@ -193,13 +205,12 @@ Status SlurmExecutor::submit(const AllocationIntent& a, ExecutorReport* report) 
   slurm::CommandSpec spec;
   spec.argv = argv;
   spec.env = options_.env;
-  spec.env.insert(spec.env.end(),
-                  {{"KILN_BIN", options_.kiln_binary},
-                   {"KILN_COORDINATOR", options_.coordinator_url},
-                   {"KILN_NODE_TOKEN", options_.node_token},
-                   {"KILN_SLOTS", std::to_string(a.ranks_per_node)},
-                   {"KILN_AGENT_DIR", options_.work_dir + "/nodes"},
-                   {"KILN_RANK_ADDRESS", options_.rank_address}});
+  spec.env.insert(spec.env.end(), {{"KILN_BIN", options_.kiln_binary},
+                                   {"KILN_COORDINATOR", options_.coordinator_url},
+                                   {"KILN_NODE_TOKEN", options_.node_token},
+                                   {"KILN_SLOTS", std::to_string(a.ranks_per_node)},
+                                   {"KILN_AGENT_DIR", options_.work_dir + "/nodes"},
+                                   {"KILN_RANK_ADDRESS", options_.rank_address}});
   if (!options_.ca_cert.empty()) spec.env.emplace_back("KILN_CA_CERT", options_.ca_cert);
   spec.timeout_ms = options_.command_timeout_ms;
   Result<slurm::CommandOutput> out = slurm::run_command(spec);
@@ -220,9 +231,11 @@ Status SlurmExecutor::submit(const AllocationIntent& a, ExecutorReport* report) 
   s.attempt = a.attempt;
   s.id = first_line(out->out).substr(0, first_line(out->out).find(';'));  // "id[;cluster]"
   s.state = "PENDING";
-  s.nodes = a.nodes;
-  log_.info("allocation submitted",
-            {{"job", a.job_id}, {"attempt", a.attempt}, {"slurm_job", s.id}, {"nodes", nodelist}});
+  if (!a.manager_places) s.nodes = a.nodes;  // else known once Slurm runs it
+  log_.info("allocation submitted", {{"job", a.job_id},
+                                     {"attempt", a.attempt},
+                                     {"slurm_job", s.id},
+                                     {"nodes", a.manager_places ? "(Slurm's choice)" : nodelist}});
   report->submitted.push_back(std::move(s));
   return Status();
 }
@@ -238,9 +251,14 @@ Status SlurmExecutor::round() {
     auto want = intent.drains.find(n.name);
     const bool ours_drain = n.drained && n.reason.rfind("kiln:", 0) == 0;
     std::vector<std::string> argv;
-    if (want != intent.drains.end() && !n.drained) {
+    // Kiln's own drain whose reason moved on (suspect, then cordoned) is drained again with the
+    // new reason; the first 60 characters decide, in case Slurm shortens what it keeps.
+    const bool reason_moved =
+        want != intent.drains.end() && ours_drain &&
+        n.reason.substr(0, 60) != want->second.substr(0, std::min<size_t>(60, kReasonMax));
+    if (want != intent.drains.end() && (!n.drained || reason_moved)) {
       argv = {"scontrol", "update", "NodeName=" + n.name, "State=DRAIN",
-              "Reason=" + want->second.substr(0, 200)};
+              "Reason=" + want->second.substr(0, kReasonMax)};
     } else if (want == intent.drains.end() && ours_drain) {
       argv = {"scontrol", "update", "NodeName=" + n.name, "State=RESUME"};
     }

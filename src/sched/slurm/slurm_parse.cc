@@ -29,8 +29,7 @@ Result<std::vector<std::string>> split_top_level(std::string_view list) {
     if (list[i] == '[') ++depth;
     if (list[i] == ']') --depth;
     if (depth < 0 || depth > 1) {
-      return Status::invalid_argument("host list '" + std::string(list) +
-                                      "': unbalanced brackets");
+      return Status::invalid_argument("host list '" + std::string(list) + "': unbalanced brackets");
     }
     if (list[i] == ',' && depth == 0) {
       out.emplace_back(list.substr(start, i - start));
@@ -74,8 +73,8 @@ Status expand_item(const std::string& item, const std::string& list, size_t max_
   }
   const std::string prefix = item.substr(0, open);
   const std::string rest = item.substr(close + 1);
-  for (const std::string& range : split(std::string_view(item).substr(open + 1, close - open - 1),
-                                        ',')) {
+  for (const std::string& range :
+       split(std::string_view(item).substr(open + 1, close - open - 1), ',')) {
     const size_t dash = range.find('-');
     const std::string lo_text = range.substr(0, dash);
     const std::string hi_text = dash == std::string::npos ? lo_text : range.substr(dash + 1);
@@ -144,8 +143,8 @@ Result<std::vector<ExternalNode>> parse_sinfo(const std::string& text) {
     state.erase(std::remove_if(state.begin(), state.end(),
                                [](char c) { return !(c >= 'a' && c <= 'z') && c != '_'; }),
                 state.end());
-    n.responding = !not_responding && state != "down" && state != "fail" && state != "failing" &&
-                   state != "unknown" && state != "future";
+    n.responding = !not_responding && state != "unknown" && state != "future";
+    n.down = n.responding && (state == "down" || state == "fail" || state == "failing");
     n.drained = state == "drained" || state == "draining" || state == "drain";
     KILN_ASSIGN_OR_RETURN(int64_t cpus, parse_number(f[2], where + ": CPUs"));
     n.cpus = static_cast<int>(std::min<int64_t>(cpus, 1 << 20));
@@ -174,8 +173,8 @@ Result<std::vector<ExternalNode>> parse_sinfo(const std::string& text) {
 
 bool slurm_state_ended(const std::string& state) {
   static const std::set<std::string> kEnded = {
-      "BOOT_FAIL", "CANCELLED", "COMPLETED",   "DEADLINE", "FAILED", "NODE_FAIL",
-      "OUT_OF_MEMORY", "PREEMPTED", "REVOKED", "SPECIAL_EXIT", "TIMEOUT"};
+      "BOOT_FAIL",     "CANCELLED", "COMPLETED", "DEADLINE",     "FAILED", "NODE_FAIL",
+      "OUT_OF_MEMORY", "PREEMPTED", "REVOKED",   "SPECIAL_EXIT", "TIMEOUT"};
   return kEnded.count(state) != 0;
 }
 

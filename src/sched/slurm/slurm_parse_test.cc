@@ -37,10 +37,11 @@ TEST(ParseSinfo, MapsStatesDrainsCapacitiesAndReasons) {
       "n3|down*|2|1|debug*|(null)|Not responding\n"
       "n4|mixed|64|515000|gpu|gpu:h200:8(S:0-1)|none\n"
       "n4|mixed|64|515000|other|gpu:h200:8(S:0-1)|none\n"
-      "n5|draining|2|1|debug*|(null)|admin work\n";
+      "n5|draining|2|1|debug*|(null)|admin work\n"
+      "n6|down|2|1|debug*|(null)|chaos\n";
   Result<std::vector<ExternalNode>> nodes = parse_sinfo(text);
   ASSERT_TRUE(nodes.ok()) << nodes.status().to_string();
-  ASSERT_EQ(nodes->size(), 5u);  // n4 once, from its first partition
+  ASSERT_EQ(nodes->size(), 6u);  // n4 once, from its first partition
   const auto& n = *nodes;
   EXPECT_TRUE(n[0].responding);
   EXPECT_FALSE(n[0].drained);
@@ -57,10 +58,15 @@ TEST(ParseSinfo, MapsStatesDrainsCapacitiesAndReasons) {
   EXPECT_EQ(n[3].partition, "gpu");
   EXPECT_TRUE(n[4].drained);
   EXPECT_TRUE(n[4].responding);
+  EXPECT_TRUE(n[5].responding);  // set down by an administrator, still answering
+  EXPECT_TRUE(n[5].down);
+  EXPECT_FALSE(n[0].down);
+  EXPECT_FALSE(n[2].down);  // "down*": not responding is its own flag
 }
 
 TEST(ParseSinfo, NamesTheLineThatDoesNotParse) {
-  Result<std::vector<ExternalNode>> r = parse_sinfo("n1|idle|2|1|debug|(null)|none\nn2|idle|two|1|d|x|none\n");
+  Result<std::vector<ExternalNode>> r =
+      parse_sinfo("n1|idle|2|1|debug|(null)|none\nn2|idle|two|1|d|x|none\n");
   ASSERT_FALSE(r.ok());
   EXPECT_NE(r.status().message().find("sinfo line 2"), std::string::npos) << r.status().to_string();
   EXPECT_FALSE(parse_sinfo("n1|idle|2\n").ok());
@@ -88,7 +94,8 @@ TEST(ParseSqueue, ReadsJobsWithAnyNameAndExpandsNodes) {
 }
 
 TEST(SlurmStates, EndsAreEnds) {
-  for (const char* s : {"COMPLETED", "FAILED", "CANCELLED", "NODE_FAIL", "TIMEOUT", "OUT_OF_MEMORY"})
+  for (const char* s :
+       {"COMPLETED", "FAILED", "CANCELLED", "NODE_FAIL", "TIMEOUT", "OUT_OF_MEMORY"})
     EXPECT_TRUE(slurm_state_ended(s)) << s;
   for (const char* s : {"PENDING", "RUNNING", "CONFIGURING", "COMPLETING", "SUSPENDED", "REQUEUED"})
     EXPECT_FALSE(slurm_state_ended(s)) << s;
