@@ -130,7 +130,8 @@ int main(int argc, char** argv) {
       kiln::cli::add_tokenize_command(app),   kiln::cli::add_encode_command(app),
       kiln::cli::add_decode_command(app),     kiln::cli::add_ckpt_command(app),
       kiln::cli::add_comm_tune_command(app),  kiln::cli::add_serve_command(app),
-      kiln::cli::add_sched_sim_command(app),
+      kiln::cli::add_sched_sim_command(app),  kiln::cli::add_lock_command(app),
+      kiln::cli::add_preflight_command(app),
   };
   for (Command& command : kiln::cli::add_job_commands(app))
     commands.push_back(std::move(command));

@@ -19,6 +19,12 @@ nlohmann::ordered_json library_facts(const nlohmann::ordered_json& shared_object
 // CUDA at build or run time. All null on a machine without them.
 nlohmann::ordered_json gpu_facts();
 
+// {NAME: value} of the variables in `env` (a NULL-terminated "NAME=value" array, environ) that
+// change what Kiln or its libraries do: KILN_*, OMP_*, GOMP_*, KMP_*, OPENBLAS_*, GOTO_*, MKL_*,
+// DNNL_*, ONEDNN_*, CUDA_*, MALLOC_*, GLIBC_TUNABLES. A name with TOKEN, SECRET, PASSWORD or KEY
+// in it has the value "(redacted)". Sorted by name; values cut at 4 KiB.
+nlohmann::ordered_json environment_facts(char** env);
+
 }  // namespace kiln::preflight
 
 #endif  // KILN_PREFLIGHT_FACT_SECTIONS_H_

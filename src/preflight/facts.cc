@@ -13,6 +13,7 @@
 
 #include <cstdio>
 #include <fstream>
+#include <map>
 #include <set>
 #include <string>
 #include <utility>
@@ -216,6 +217,35 @@ Json kernel_param_facts() {
 
 }  // namespace
 
+nlohmann::ordered_json environment_facts(char** env) {
+  // Prefixes of the variables that change what Kiln or the libraries under it do.
+  static constexpr const char* kPrefixes[] = {"KILN_",     "OMP_",  "GOMP_",   "KMP_",
+                                              "OPENBLAS_", "GOTO_", "MKL_",    "DNNL_",
+                                              "ONEDNN_",   "CUDA_", "MALLOC_", "GLIBC_TUNABLES"};
+  // A value that may be a credential never leaves the node.
+  static constexpr const char* kSecretParts[] = {"TOKEN", "SECRET", "PASSWORD", "KEY"};
+  std::map<std::string, std::string> found;  // sorted: the document does not depend on env order
+  for (char** e = env; e != nullptr && *e != nullptr; ++e) {
+    const std::string entry(*e);
+    const size_t eq = entry.find('=');
+    if (eq == std::string::npos || eq == 0) continue;
+    const std::string name = entry.substr(0, eq);
+    bool wanted = false;
+    for (const char* p : kPrefixes)
+      wanted = wanted || name.rfind(p, 0) == 0;
+    if (!wanted) continue;
+    bool secret = false;
+    for (const char* part : kSecretParts)
+      secret = secret || name.find(part) != std::string::npos;
+    // Bounded: a value is recorded up to 4 KiB (a variable's value is not a place for data).
+    found[name] = secret ? "(redacted)" : entry.substr(eq + 1, 4096);
+  }
+  Json out = Json::object();
+  for (auto& [name, value] : found)
+    out[name] = std::move(value);
+  return out;
+}
+
 nlohmann::ordered_json collect_node_facts() {
   Json facts;
   facts["schema"] = "kiln.facts/1";
@@ -233,6 +263,7 @@ nlohmann::ordered_json collect_node_facts() {
   facts["libraries"] = library_facts(shared_objects);
   facts["shared_objects"] = std::move(shared_objects);
   facts["gpu"] = gpu_facts();
+  facts["environment"] = environment_facts(environ);
   return facts;
 }
 

@@ -72,11 +72,20 @@ class FactsTest(unittest.TestCase):
         self.assertEqual(len(lines), 1)
         facts = json.loads(lines[0])
         self.assertEqual(facts["schema"], "kiln.facts/1")
-        self.assertEqual(set(facts), {"schema", "collected_at", "shared_objects", *FACT_FIELDS})
+        self.assertEqual(set(facts), {"schema", "collected_at", "shared_objects", "environment",
+                                      *FACT_FIELDS})
         for section, fields in FACT_FIELDS.items():
             for field in fields:
                 self.assertIn(field, facts[section], f"{section}.{field} missing")
         self.assertIsInstance(facts["shared_objects"], dict)
+        # The behaviour-changing environment, a credential's value never in it.
+        r = run_kiln("facts", "--json", env=dict(os.environ, OMP_NUM_THREADS="3",
+                                                  KILN_JOB_TOKEN="hunter2", UNRELATED="x"))
+        env = json.loads(r.stdout)["environment"]
+        self.assertEqual(env["OMP_NUM_THREADS"], "3")
+        self.assertEqual(env["KILN_JOB_TOKEN"], "(redacted)")
+        self.assertNotIn("UNRELATED", env)
+        self.assertNotIn("hunter2", r.stdout)
 
     def openblas_core(self, env):
         """The core OpenBLAS itself reports under `env`, asked through ctypes (not kiln)."""

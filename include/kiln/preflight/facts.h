@@ -20,6 +20,8 @@
 //                   prometheus_cpp, xxhash, openssl
 //   shared_objects  {soname-as-loaded: resolved path} for every shared library in the process
 //   gpu             driver_version, cuda_driver_version, cuda_runtime_version, devices
+//   environment     {NAME: value} of the variables that change behaviour (KILN_*, OMP_*,
+//                   OPENBLAS_*, ...; fact_sections.h lists them); credentials "(redacted)"
 #ifndef KILN_PREFLIGHT_FACTS_H_
 #define KILN_PREFLIGHT_FACTS_H_
 
