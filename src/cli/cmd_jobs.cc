@@ -15,8 +15,8 @@
 #include <kiln/base/config.h>
 #include <kiln/obs/http_client.h>
 
+#include "cli/client.h"
 #include "cli/command.h"
-#include "cli/server_address.h"
 
 namespace kiln::cli {
 namespace {
@@ -25,66 +25,6 @@ using json = nlohmann::json;
 
 constexpr int64_t kFollowPollMs = 500;
 constexpr size_t kSpecBytesMax = kConfigBytesMax;
-
-struct ClientFlags {
-  std::string server;
-  std::string token_file;
-  bool json = false;
-};
-
-void add_client_flags(CLI::App* app, ClientFlags* flags) {
-  app->add_option("--server", flags->server, "coordinator URL (default $KILN_SERVER)");
-  app->add_option("--token-file", flags->token_file,
-                  "file holding the token (default $KILN_TOKEN)");
-  app->add_flag("--json", flags->json, "print JSON lines");
-}
-
-// A client, or an exit code after printing why there is none.
-struct Client {
-  std::unique_ptr<obs::HttpClient> http;
-  int error = 0;
-};
-
-Client connect(const ClientFlags& flags, const std::string& command) {
-  Client c;
-  Result<ServerTarget> target = resolve_server(flags.server, flags.token_file);
-  if (!target.ok()) {
-    c.error = report_error(command, target.status());
-    return c;
-  }
-  obs::HttpClientOptions o;
-  o.base_url = target->url;
-  o.bearer_token = target->token;
-  o.ca_cert_path = target->ca_cert;
-  Result<std::unique_ptr<obs::HttpClient>> http = obs::HttpClient::create(o);
-  if (!http.ok()) {
-    c.error = report_error(command, http.status());
-    return c;
-  }
-  c.http = std::move(*http);
-  return c;
-}
-
-// The answer's JSON when its status is `want`, else an exit code after printing the error.
-Result<json> call(Result<obs::HttpResponse> r, int want, const std::string& command, int* code) {
-  if (!r.ok()) {
-    *code = report_error(command, r.status());
-    return r.status();
-  }
-  json body = json::parse(r->body, nullptr, false);
-  if (r->status != want) {
-    std::string message =
-        body.is_object() && body.contains("error") ? body["error"].get<std::string>() : r->body;
-    std::cerr << "kiln " << command << ": " << message << " (HTTP " << r->status << ")\n";
-    *code = r->status == 400 || r->status == 404 ? kExitBadInput : kExitFailure;
-    return Status::aborted(message);
-  }
-  if (body.is_discarded()) {
-    *code = report_error(command, Status::io_error("the coordinator's answer is not JSON"));
-    return Status::io_error("not JSON");
-  }
-  return body;
-}
 
 std::string text_of(const json& j, const char* key) {
   if (!j.contains(key) || j[key].is_null()) return "";

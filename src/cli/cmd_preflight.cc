@@ -2,7 +2,8 @@
 // facts (include/kiln/preflight/stack.h).
 //
 //   kiln lock [--facts FILE] [--node NAME] [-o kiln.lock] [--force]
-//   kiln preflight --facts [NAME=]FILE... [--lock kiln.lock] [--json]
+//   kiln preflight [--nodes n1,n2,...] [--json]            through the coordinator and its agents
+//   kiln preflight --facts [NAME=]FILE... [--lock kiln.lock] [--json]   offline, saved facts
 #include <kiln/base/clock.h>
 #include <kiln/base/file_system.h>
 #include <kiln/preflight/facts.h>
@@ -15,6 +16,7 @@
 #include <iostream>
 #include <map>
 
+#include "cli/client.h"
 #include "cli/command.h"
 
 namespace kiln::cli {
@@ -67,78 +69,133 @@ int run_lock(const LockFlags& flags) {
 }
 
 struct PreflightFlags {
-  std::vector<std::string> facts;  // [NAME=]FILE
+  std::vector<std::string> facts;  // [NAME=]FILE: offline, from saved facts
+  std::string nodes;               // through the coordinator: these nodes (default: all not down)
   std::string lock_path;
-  bool json = false;
+  ClientFlags client;
 };
 
-int run_preflight(const PreflightFlags& flags) {
+// {"findings": [...], "nodes": [...]} as GET /v1/preflight answers it, from saved facts files.
+Result<nlohmann::json> preflight_offline(const PreflightFlags& flags) {
   std::map<std::string, preflight::Stack> stacks;
+  std::vector<std::string> order;
   for (const std::string& arg : flags.facts) {
     const size_t eq = arg.find('=');
     const std::string path = eq == std::string::npos ? arg : arg.substr(eq + 1);
-    Result<nlohmann::json> facts = preflight::load_facts(path);
-    if (!facts.ok()) return report_error("preflight", facts.status().with_context("--facts"));
+    Result<nlohmann::json> read = preflight::load_facts(path);
+    if (!read.ok()) return read.status().with_context("--facts");
+    const nlohmann::json& facts = *read;
     const std::string node =
-        eq == std::string::npos ? node_name_of(*facts, path) : arg.substr(0, eq);
+        eq == std::string::npos ? node_name_of(facts, path) : arg.substr(0, eq);
     if (stacks.count(node) != 0) {
-      return report_error("preflight",
-                          Status::invalid_argument("--facts " + arg + ": node '" + node +
-                                                   "' twice (name them: NAME=FILE)"));
+      return Status::invalid_argument("--facts " + arg + ": node '" + node +
+                                      "' twice (name them: NAME=FILE)");
     }
-    stacks[node] = preflight::stack_of(*facts);
+    stacks[node] = preflight::stack_of(facts);
+    order.push_back(node);
   }
   preflight::Stack lock;
   if (!flags.lock_path.empty()) {
     Result<preflight::Stack> read = preflight::load_lock(flags.lock_path);
-    if (!read.ok()) return report_error("preflight", read.status().with_context("--lock"));
+    if (!read.ok()) return read.status().with_context("--lock");
     lock = std::move(*read);
   }
   const std::vector<preflight::StackFinding> findings =
       preflight::check_stacks(stacks, flags.lock_path.empty() ? nullptr : &lock);
+  nlohmann::json out = {{"findings", nlohmann::json::array()},
+                        {"nodes", nlohmann::json::array()},
+                        {"lock", !flags.lock_path.empty()}};
   std::map<std::string, int> failures;
-  for (const preflight::StackFinding& f : findings)
+  for (const preflight::StackFinding& f : findings) {
     ++failures[f.node];
-  if (flags.json) {
-    for (const preflight::StackFinding& f : findings) {
-      nlohmann::ordered_json j;
-      j["node"] = f.node;
-      j["check"] = "stack";
-      j["path"] = f.path;
-      j["expected"] = f.expected;
-      j["found"] = f.found;
-      j["against"] = f.against;
-      std::cout << j.dump() << "\n";
+    out["findings"].push_back({{"node", f.node},
+                               {"check", "stack"},
+                               {"path", f.path},
+                               {"expected", f.expected},
+                               {"found", f.found},
+                               {"against", f.against}});
+  }
+  for (const std::string& node : order) {
+    const int n = failures.count(node) != 0 ? failures[node] : 0;
+    out["nodes"].push_back({{"node", node},
+                            {"verdict", n == 0 ? "pass" : "fail"},
+                            {"failures", n},
+                            {"checked", stacks[node].size()}});
+  }
+  return out;
+}
+
+std::string text(const nlohmann::json& j, const char* key) {
+  auto it = j.find(key);
+  if (it == j.end() || it->is_null()) return "";
+  return it->is_string() ? it->get<std::string>() : it->dump();
+}
+
+// Prints the result (a table, or JSON lines: the findings, then a verdict per node) and returns
+// the exit code: 0 when every node passed.
+int print_preflight(const nlohmann::json& result, bool json) {
+  const nlohmann::json& findings = result["findings"];
+  const nlohmann::json& nodes = result["nodes"];
+  bool all_pass = true;
+  for (const nlohmann::json& n : nodes)
+    all_pass = all_pass && text(n, "verdict") == "pass";
+  if (json) {
+    for (const nlohmann::json& f : findings)
+      std::cout << f.dump() << "\n";
+    for (const nlohmann::json& n : nodes)
+      std::cout << n.dump() << "\n";
+    return all_pass ? kExitOk : kExitFailure;
+  }
+  size_t width = 4;
+  for (const nlohmann::json& n : nodes)
+    width = std::max(width, text(n, "node").size());
+  const int w = static_cast<int>(width);
+  std::cout << std::left << std::setw(w) << "NODE"
+            << "  VERDICT      CHECK  WHAT\n";
+  for (const nlohmann::json& n : nodes) {
+    const std::string node = text(n, "node");
+    const std::string verdict = text(n, "verdict");
+    if (verdict == "pass") {
+      std::cout << std::setw(w) << node << "  pass         stack  " << text(n, "checked")
+                << " entries as expected\n";
+    } else if (verdict == "unreachable") {
+      std::cout << std::setw(w) << node << "  UNREACHABLE  -      " << text(n, "error") << "\n";
     }
-    for (const auto& [node, stack] : stacks) {
-      nlohmann::ordered_json j;
-      j["node"] = node;
-      j["verdict"] = failures.count(node) != 0 ? "fail" : "pass";
-      j["failures"] = failures.count(node) != 0 ? failures[node] : 0;
-      j["checked"] = stack.size();
-      std::cout << j.dump() << "\n";
-    }
-  } else {
-    size_t width = 4;
-    for (const auto& [node, stack] : stacks)
-      width = std::max(width, node.size());
-    std::cout << std::left << std::setw(static_cast<int>(width)) << "NODE"
-              << "  VERDICT  CHECK  WHAT\n";
-    for (const auto& [node, stack] : stacks) {
-      if (failures.count(node) == 0) {
-        std::cout << std::setw(static_cast<int>(width)) << node << "  pass     stack  "
-                  << stack.size() << " entries as expected\n";
-        continue;
-      }
-      for (const preflight::StackFinding& f : findings) {
-        if (f.node != node) continue;
-        std::cout << std::setw(static_cast<int>(width)) << node << "  FAIL     stack  " << f.path
-                  << ": expected " << f.expected << " (" << f.against << "), found " << f.found
-                  << "\n";
-      }
+    for (const nlohmann::json& f : findings) {
+      if (text(f, "node") != node) continue;
+      std::cout << std::setw(w) << node << "  FAIL         " << std::setw(5) << text(f, "check")
+                << "  " << text(f, "path") << ": expected " << text(f, "expected") << " ("
+                << text(f, "against") << "), found " << text(f, "found") << "\n";
     }
   }
-  return findings.empty() ? kExitOk : kExitFailure;
+  return all_pass ? kExitOk : kExitFailure;
+}
+
+int run_preflight(const PreflightFlags& flags) {
+  if (!flags.facts.empty()) {
+    if (!flags.nodes.empty()) {
+      return report_error("preflight",
+                          Status::invalid_argument("--facts and --nodes exclude each other: "
+                                                   "saved facts, or the agents' own"));
+    }
+    Result<nlohmann::json> result = preflight_offline(flags);
+    if (!result.ok()) return report_error("preflight", result.status());
+    return print_preflight(*result, flags.client.json);
+  }
+  if (!flags.lock_path.empty()) {
+    return report_error("preflight", Status::invalid_argument(
+                                         "--lock goes with --facts; through the coordinator the "
+                                         "lock is the one `kiln serve --lock` was given"));
+  }
+  // The coordinator asks the agents 16 at a time, each within 5 s: give it time for 256 nodes.
+  Client c = connect(flags.client, "preflight", 120'000);
+  if (!c.http) return c.error;
+  int code = 0;
+  std::string path = "/v1/preflight";
+  if (!flags.nodes.empty()) path += "?nodes=" + flags.nodes;
+  Result<nlohmann::json> body = call(c.http->get(path), 200, "preflight", &code);
+  if (!body.ok()) return code;
+  return print_preflight(*body, flags.client.json);
 }
 
 }  // namespace
@@ -162,13 +219,13 @@ Command add_preflight_command(CLI::App& parent) {
       "preflight",
       "Check nodes before a run: their software stacks against each other and the "
       "version lock (exit 1 when a node fails)");
+  app->add_option("--nodes", flags->nodes,
+                  "through the coordinator: these nodes (n1,n2,...; default every node not down), "
+                  "facts read from their agents");
   app->add_option("--facts", flags->facts,
-                  "each node's `kiln facts --json`, as FILE or NAME=FILE (at least one)")
-      ->required();
-  app->add_option("--lock", flags->lock_path, "the version lock (kiln lock)");
-  app->add_flag("--json", flags->json,
-                "one JSON line per finding (node, check, path, expected, found, against), then "
-                "one per node (verdict)");
+                  "offline instead: each node's saved `kiln facts --json`, as FILE or NAME=FILE");
+  app->add_option("--lock", flags->lock_path, "with --facts: the version lock (kiln lock)");
+  add_client_flags(app, &flags->client);
   return {app, [flags](const GlobalOptions&) { return run_preflight(*flags); }};
 }
 

@@ -25,6 +25,7 @@
 #include <kiln/obs/http_server.h>
 #include <kiln/obs/metrics.h>
 #include <kiln/obs/metrics_endpoint.h>
+#include <kiln/preflight/stack.h>
 #include <kiln/sched/api.h>
 #include <kiln/sched/auth.h>
 #include <kiln/sched/coordinator.h>
@@ -70,6 +71,7 @@ struct ServeFlags {
   std::string slurm_partition;
   std::string slurm_prefix = "kiln";
   std::string slurm_placement = "kiln";
+  std::string lock_path;
   std::string rank_address;
 };
 
@@ -228,6 +230,13 @@ int run_serve(ServeFlags flags, const GlobalOptions& globals) {
   std::shared_ptr<LogSink> sink = open_log_sink(globals);
   if (!sink) return kExitBadInput;
   Logger log(sink, "serve");
+  // Read before anything starts: a bad lock is an error with nothing to clean up.
+  std::shared_ptr<const preflight::Stack> lock;
+  if (!flags.lock_path.empty()) {
+    Result<preflight::Stack> read = preflight::load_lock(flags.lock_path);
+    if (!read.ok()) return report_error("serve", read.status().with_context("--lock"));
+    lock = std::make_shared<const preflight::Stack>(std::move(*read));
+  }
   if (flags.state_dir.empty()) flags.state_dir = default_state_dir();
   if (flags.state_dir[0] != '/') {
     char cwd[4096];
@@ -313,6 +322,7 @@ int run_serve(ServeFlags flags, const GlobalOptions& globals) {
   api.tokens = &auth->registry;
   api.audit = state->get();
   api.node_token = auth->node_token;
+  api.lock = lock;
   api.log = log;
   sched::add_api_routes(&server, api);
   s = server.start();
@@ -460,6 +470,8 @@ Command add_serve_command(CLI::App& parent) {
       ->capture_default_str();
   app->add_option("--rank-address", flags->rank_address,
                   "with --executor slurm: the address (or interface) ranks advertise for TCP");
+  app->add_option("--lock", flags->lock_path,
+                  "the version lock (kiln lock) preflight checks nodes against");
   app->add_flag("--json", flags->json, "print the serving line as JSON");
   return {app, [flags](const GlobalOptions& globals) { return run_serve(*flags, globals); }};
 }

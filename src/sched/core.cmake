@@ -8,14 +8,15 @@ kiln_library(NAME sched
     coordinator/coordinator.cc
     coordinator/daemons.cc
     coordinator/external.cc
+    coordinator/node_preflight.cc
     coordinator/queue_config.cc
     coordinator/recovery.cc
     coordinator/reports.cc
     slurm/command.cc
     slurm/slurm_executor.cc
     slurm/slurm_parse.cc
-  PUBLIC_DEPS kiln_sched_policy kiln_sched_state kiln_sched_exec kiln_obs kiln_launch kiln_base
-              nlohmann_json::nlohmann_json
+  PUBLIC_DEPS kiln_sched_policy kiln_sched_state kiln_sched_exec kiln_preflight kiln_obs kiln_launch
+              kiln_base nlohmann_json::nlohmann_json
   PRIVATE_DEPS fmt::fmt OpenSSL::Crypto)
 
 kiln_tests(NAME sched

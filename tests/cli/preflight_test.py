@@ -62,7 +62,8 @@ class PreflightTest(unittest.TestCase):
         # The table a person reads.
         r = kiln("preflight", *self.args())
         self.assertEqual(r.returncode, 1)
-        self.assertIn("n3    FAIL     stack  kiln.build_id: expected " + self.n1_build, r.stdout)
+        self.assertIn("n3    FAIL         stack  kiln.build_id: expected " + self.n1_build,
+                      r.stdout)
         # The consistent nodes alone pass.
         self.assertEqual(kiln("preflight", *self.args(("n1", "n2"))).returncode, 0)
 

@@ -14,6 +14,9 @@
 //   GET    /v1/nodes                   -> {"nodes": [...]}
 //   POST   /v1/nodes/{name}/cordon     {"reason": text}   (admin)
 //   POST   /v1/nodes/{name}/uncordon                      (admin)
+//   GET    /v1/preflight?nodes=a,b     (admin) the stack check of those nodes (default: every
+//                                      node not down), facts read from their agents:
+//                                      {"findings": [...], "nodes": [{node, verdict, ...}]}
 //   POST   /v1/agent/report            an AgentReport -> AgentAnswer      (node token only)
 //   GET    /metrics, /healthz          no token
 //
@@ -24,11 +27,13 @@
 #ifndef KILN_SCHED_API_H_
 #define KILN_SCHED_API_H_
 
+#include <memory>
 #include <string>
 
 #include <kiln/base/log.h>
 #include <kiln/obs/http_server.h>
 #include <kiln/obs/metrics.h>
+#include <kiln/preflight/stack.h>
 #include <kiln/sched/auth.h>
 #include <kiln/sched/coordinator.h>
 #include <kiln/sched/state_store.h>
@@ -50,6 +55,8 @@ struct ApiContext {
   StateStore* audit = nullptr;
   // Presented to node agents when the coordinator reads a rank's log from them.
   std::string node_token;
+  // The version lock preflight checks nodes against (`kiln serve --lock`); null: none.
+  std::shared_ptr<const preflight::Stack> lock;
   Logger log;
 };
 

@@ -19,6 +19,7 @@
 #include <kiln/launch/rank_env.h>
 #include <kiln/obs/http_client.h>
 #include <kiln/obs/http_server.h>
+#include <kiln/preflight/facts.h>
 #include <kiln/sched/api.h>
 #include <kiln/sched/flight_culprit.h>
 #include <kiln/sched/rank_log.h>
@@ -311,14 +312,26 @@ struct JoinedAgent::Impl {
     }
   }
 
+  // Whether `req` carries the node token; else fills `out` with the 401.
+  bool authorized(const obs::HttpRequest& req, obs::HttpResponse* out) const {
+    out->content_type = "application/json";
+    if (req.header("authorization") == "Bearer " + options.node_token) return true;
+    out->status = 401;
+    out->body = R"({"error":"the node token is needed"})";
+    return false;
+  }
+
+  // This node's facts (kiln/preflight/facts.h), for the coordinator's preflight.
+  obs::HttpResponse serve_facts(const obs::HttpRequest& req) {
+    obs::HttpResponse out;
+    if (!authorized(req, &out)) return out;
+    out.body = preflight::collect_node_facts().dump();
+    return out;
+  }
+
   obs::HttpResponse serve_logs(const obs::HttpRequest& req) {
     obs::HttpResponse out;
-    out.content_type = "application/json";
-    if (req.header("authorization") != "Bearer " + options.node_token) {
-      out.status = 401;
-      out.body = R"({"error":"the node token is needed"})";
-      return out;
-    }
+    if (!authorized(req, &out)) return out;
     const std::string job = req.param("job");
     Status s = launch::check_job_id(job, "job");
     int attempt = 0;
@@ -402,6 +415,8 @@ Result<std::unique_ptr<JoinedAgent>> JoinedAgent::start(JoinOptions options, Log
   impl->server = std::make_unique<obs::HttpServer>(http);
   impl->server->route("GET", "/v1/logs",
                       [self](const obs::HttpRequest& req) { return self->serve_logs(req); });
+  impl->server->route("GET", "/v1/facts",
+                      [self](const obs::HttpRequest& req) { return self->serve_facts(req); });
   impl->server->get("/healthz", [](const obs::HttpRequest&) {
     obs::HttpResponse r;
     r.body = "ok\n";

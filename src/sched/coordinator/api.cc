@@ -8,6 +8,8 @@
 #include <kiln/base/clock.h>
 #include <kiln/obs/http_client.h>
 
+#include "sched/coordinator/node_preflight.h"
+
 namespace kiln::sched {
 namespace {
 
@@ -237,6 +239,45 @@ class Routes {
     for (const NodeRecord& n : *all)
       out.push_back(node_json(n));
     return json_answer(200, {{"nodes", out}});
+  }
+
+  HttpResponse preflight(const HttpRequest& req) const {
+    Caller caller;
+    if (auto denied = user(req, &caller)) return *denied;
+    // Facts name libraries, paths and the environment: an operator's business.
+    if (!caller.admin) return error_answer(403, "preflight needs an admin token");
+    Result<std::vector<NodeRecord>> all = c_.coordinator->nodes();
+    if (!all.ok()) return error_answer(500, all.status().message());
+    std::vector<NodeRecord> chosen;
+    const std::string wanted = req.param("nodes");
+    if (wanted.empty()) {
+      for (const NodeRecord& n : *all)
+        if (n.state != "down") chosen.push_back(n);
+    } else {
+      size_t start = 0;
+      while (start <= wanted.size()) {
+        const size_t comma = std::min(wanted.find(',', start), wanted.size());
+        const std::string name = wanted.substr(start, comma - start);
+        start = comma + 1;
+        if (name.empty()) continue;
+        auto it = std::find_if(all->begin(), all->end(),
+                               [&](const NodeRecord& n) { return n.name == name; });
+        if (it == all->end()) return error_answer(404, "no node " + name);
+        if (std::none_of(chosen.begin(), chosen.end(),
+                         [&](const NodeRecord& n) { return n.name == name; })) {
+          chosen.push_back(*it);
+        }
+        if (chosen.size() > kPreflightNodesMax) break;
+      }
+    }
+    if (chosen.size() > kPreflightNodesMax) {
+      return error_answer(400, "preflight checks at most " + std::to_string(kPreflightNodesMax) +
+                                   " nodes per request; name them with ?nodes=");
+    }
+    const PreflightResult result = preflight_nodes(chosen, c_.node_token, c_.lock.get());
+    json body = preflight_json(result);
+    body["lock"] = c_.lock != nullptr;
+    return json_answer(200, body);
   }
 
   HttpResponse cordon(const HttpRequest& req, bool on) const {
@@ -472,6 +513,8 @@ void add_api_routes(obs::HttpServer* server, const ApiContext& context) {
                 [routes](const HttpRequest& r) { return routes->cordon(r, true); });
   server->route("POST", "/v1/nodes/{name}/uncordon",
                 [routes](const HttpRequest& r) { return routes->cordon(r, false); });
+  server->route("GET", "/v1/preflight",
+                [routes](const HttpRequest& r) { return routes->preflight(r); });
   server->route("POST", "/v1/agent/report",
                 [routes](const HttpRequest& r) { return routes->report(r); });
 }
