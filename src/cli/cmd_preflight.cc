@@ -7,6 +7,7 @@
 #include <kiln/base/clock.h>
 #include <kiln/base/file_system.h>
 #include <kiln/preflight/facts.h>
+#include <kiln/preflight/health.h>
 #include <kiln/preflight/stack.h>
 
 #include <unistd.h>
@@ -78,6 +79,7 @@ struct PreflightFlags {
 // {"findings": [...], "nodes": [...]} as GET /v1/preflight answers it, from saved facts files.
 Result<nlohmann::json> preflight_offline(const PreflightFlags& flags) {
   std::map<std::string, preflight::Stack> stacks;
+  std::map<std::string, std::vector<preflight::Finding>> health;
   std::vector<std::string> order;
   for (const std::string& arg : flags.facts) {
     const size_t eq = arg.find('=');
@@ -92,6 +94,7 @@ Result<nlohmann::json> preflight_offline(const PreflightFlags& flags) {
                                       "' twice (name them: NAME=FILE)");
     }
     stacks[node] = preflight::stack_of(facts);
+    health[node] = preflight::check_health(node, facts, preflight::HealthThresholds{});
     order.push_back(node);
   }
   preflight::Stack lock;
@@ -100,16 +103,18 @@ Result<nlohmann::json> preflight_offline(const PreflightFlags& flags) {
     if (!read.ok()) return read.status().with_context("--lock");
     lock = std::move(*read);
   }
-  const std::vector<preflight::StackFinding> findings =
+  std::vector<preflight::Finding> findings =
       preflight::check_stacks(stacks, flags.lock_path.empty() ? nullptr : &lock);
+  for (const std::string& node : order)
+    findings.insert(findings.end(), health[node].begin(), health[node].end());
   nlohmann::json out = {{"findings", nlohmann::json::array()},
                         {"nodes", nlohmann::json::array()},
                         {"lock", !flags.lock_path.empty()}};
   std::map<std::string, int> failures;
-  for (const preflight::StackFinding& f : findings) {
+  for (const preflight::Finding& f : findings) {
     ++failures[f.node];
     out["findings"].push_back({{"node", f.node},
-                               {"check", "stack"},
+                               {"check", f.check},
                                {"path", f.path},
                                {"expected", f.expected},
                                {"found", f.found},
@@ -151,19 +156,19 @@ int print_preflight(const nlohmann::json& result, bool json) {
     width = std::max(width, text(n, "node").size());
   const int w = static_cast<int>(width);
   std::cout << std::left << std::setw(w) << "NODE"
-            << "  VERDICT      CHECK  WHAT\n";
+            << "  VERDICT      CHECK   WHAT\n";
   for (const nlohmann::json& n : nodes) {
     const std::string node = text(n, "node");
     const std::string verdict = text(n, "verdict");
     if (verdict == "pass") {
-      std::cout << std::setw(w) << node << "  pass         stack  " << text(n, "checked")
-                << " entries as expected\n";
+      std::cout << std::setw(w) << node << "  pass         all     " << text(n, "checked")
+                << " stack entries as expected, health within thresholds\n";
     } else if (verdict == "unreachable") {
-      std::cout << std::setw(w) << node << "  UNREACHABLE  -      " << text(n, "error") << "\n";
+      std::cout << std::setw(w) << node << "  UNREACHABLE  -       " << text(n, "error") << "\n";
     }
     for (const nlohmann::json& f : findings) {
       if (text(f, "node") != node) continue;
-      std::cout << std::setw(w) << node << "  FAIL         " << std::setw(5) << text(f, "check")
+      std::cout << std::setw(w) << node << "  FAIL         " << std::setw(6) << text(f, "check")
                 << "  " << text(f, "path") << ": expected " << text(f, "expected") << " ("
                 << text(f, "against") << "), found " << text(f, "found") << "\n";
     }
@@ -218,7 +223,7 @@ Command add_preflight_command(CLI::App& parent) {
   CLI::App* app = parent.add_subcommand(
       "preflight",
       "Check nodes before a run: their software stacks against each other and the "
-      "version lock (exit 1 when a node fails)");
+      "version lock, their health against thresholds (exit 1 when a node fails)");
   app->add_option("--nodes", flags->nodes,
                   "through the coordinator: these nodes (n1,n2,...; default every node not down), "
                   "facts read from their agents");

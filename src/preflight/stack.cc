@@ -123,9 +123,9 @@ Stack stack_of(const nlohmann::json& facts) {
   return stack;
 }
 
-std::vector<StackFinding> check_stacks(const std::map<std::string, Stack>& nodes,
+std::vector<Finding> check_stacks(const std::map<std::string, Stack>& nodes,
                                        const Stack* lock) {
-  std::vector<StackFinding> out;
+  std::vector<Finding> out;
   auto value_on = [](const Stack& stack, const std::string& path) {
     auto it = stack.find(path);
     return it == stack.end() ? missing_value(path) : it->second;
@@ -179,7 +179,7 @@ std::vector<StackFinding> check_stacks(const std::map<std::string, Stack>& nodes
       }
     }
   }
-  std::sort(out.begin(), out.end(), [](const StackFinding& a, const StackFinding& b) {
+  std::sort(out.begin(), out.end(), [](const Finding& a, const Finding& b) {
     return std::tie(a.node, a.path, a.against) < std::tie(b.node, b.path, b.against);
   });
   return out;

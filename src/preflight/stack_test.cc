@@ -52,7 +52,7 @@ TEST(StackTest, TheOddNodeOutIsNamedWithTheOthersValue) {
                                         {"n2", stack_of(facts("b1", "1", 0))},
                                         {"n3", stack_of(facts("b2", "1", 0))},
                                         {"n4", stack_of(facts("b1", "", 0))}};
-  const std::vector<StackFinding> f = check_stacks(nodes, nullptr);
+  const std::vector<Finding> f = check_stacks(nodes, nullptr);
   ASSERT_EQ(f.size(), 2u);
   EXPECT_EQ(f[0].node, "n3");
   EXPECT_EQ(f[0].path, "kiln.build_id");
@@ -68,9 +68,9 @@ TEST(StackTest, TheOddNodeOutIsNamedWithTheOthersValue) {
 TEST(StackTest, WithoutAMajorityEveryNodeIsNamedWithEveryValue) {
   std::map<std::string, Stack> nodes = {{"n1", stack_of(facts("b1", "", 0))},
                                         {"n2", stack_of(facts("b2", "", 0))}};
-  const std::vector<StackFinding> f = check_stacks(nodes, nullptr);
+  const std::vector<Finding> f = check_stacks(nodes, nullptr);
   ASSERT_EQ(f.size(), 2u);
-  for (const StackFinding& x : f) {
+  for (const Finding& x : f) {
     EXPECT_EQ(x.path, "kiln.build_id");
     EXPECT_EQ(x.expected, "b1 | b2");
     EXPECT_EQ(x.against, "no majority");
@@ -85,7 +85,7 @@ TEST(StackTest, TheLockDecidesThePathsItNames) {
                                         {"n2", stack_of(facts("b1", "1", 0))},
                                         {"n3", stack_of(facts("b2", "1", 0))}};
   nodes["n2"]["libraries.openssl"] = "OpenSSL 3.0.2";
-  const std::vector<StackFinding> f = check_stacks(nodes, &lock);
+  const std::vector<Finding> f = check_stacks(nodes, &lock);
   // n1 and n2 against the lock's build id (n3 is the lock's, though the odd one out of the
   // nodes: not named); n2's openssl against the other nodes.
   ASSERT_EQ(f.size(), 3u);
@@ -104,10 +104,10 @@ TEST(StackTest, TheLockDecidesThePathsItNames) {
 TEST(StackTest, TheLocksEnvironmentIsAllThereMayBe) {
   const Stack lock = stack_of(facts("b1", "", 0));
   // Every node agrees on OMP_NUM_THREADS=8, which the lock never vouched for.
-  const std::vector<StackFinding> f = check_stacks(
+  const std::vector<Finding> f = check_stacks(
       {{"n1", stack_of(facts("b1", "8", 0))}, {"n2", stack_of(facts("b1", "8", 0))}}, &lock);
   ASSERT_EQ(f.size(), 2u);
-  for (const StackFinding& x : f) {
+  for (const Finding& x : f) {
     EXPECT_EQ(x.path, "environment.OMP_NUM_THREADS");
     EXPECT_EQ(x.expected, "(unset)");
     EXPECT_EQ(x.found, "8");

@@ -4,6 +4,7 @@ them edited as a second Kiln build would report itself.
 """
 import json
 import os
+import resource
 import subprocess
 import sys
 import tempfile
@@ -13,9 +14,16 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 from kiln_test import KILN_BIN  # noqa: E402
 
 
+def open_files_as_an_agent():
+    """The open-file limit a node's ranks get: the agent raises its soft limit to the hard one
+    (Debian's default soft limit, 1024, is below preflight's health threshold)."""
+    _, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+
+
 def kiln(*args, env=None, cwd=None):
     return subprocess.run([KILN_BIN, *args], capture_output=True, text=True, timeout=60,
-                          env=env, cwd=cwd)
+                          env=env, cwd=cwd, preexec_fn=open_files_as_an_agent)
 
 
 class PreflightTest(unittest.TestCase):
@@ -62,7 +70,7 @@ class PreflightTest(unittest.TestCase):
         # The table a person reads.
         r = kiln("preflight", *self.args())
         self.assertEqual(r.returncode, 1)
-        self.assertIn("n3    FAIL         stack  kiln.build_id: expected " + self.n1_build,
+        self.assertIn("n3    FAIL         stack   kiln.build_id: expected " + self.n1_build,
                       r.stdout)
         # The consistent nodes alone pass.
         self.assertEqual(kiln("preflight", *self.args(("n1", "n2"))).returncode, 0)

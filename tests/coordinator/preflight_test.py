@@ -1,10 +1,11 @@
 """`kiln preflight` through the coordinator (issue 15, the stack check): three `kiln agent
 --join` processes started with different environments, their facts read by the coordinator from
 the agents themselves (GET /v1/facts, node token), checked across the nodes and against the lock
-`kiln serve --lock` was given.
+`kiln serve --lock` was given, and their health (an agent with a low open-file limit).
 """
 import json
 import os
+import resource
 import subprocess
 import sys
 import tempfile
@@ -14,8 +15,10 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 from kiln_cluster import Cluster  # noqa: E402
 from kiln_test import KILN_BIN, wait_until  # noqa: E402
 
-# What the environment of each agent adds; a3 is the odd one out.
-AGENTS = {"a1": {}, "a2": {}, "a3": {"OMP_NUM_THREADS": "3"}}
+# What the environment of each agent adds: a3's stack is the odd one out; a4 runs with an
+# open-file limit (soft and hard) below preflight's threshold.
+AGENTS = {"a1": {}, "a2": {}, "a3": {"OMP_NUM_THREADS": "3"}, "a4": {}}
+LOW_NOFILE = {"a4": 1024}
 
 
 def clean_env():
@@ -49,7 +52,9 @@ class PreflightThroughTheCoordinatorTest(unittest.TestCase):
              cluster.url, "--node-name", name, "--rank-address", "127.0.0.1", "--work-dir", work,
              "--node-token-file", os.path.join(cluster.state, "node.token")],
             stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-            env=dict(clean_env(), **AGENTS[name]))
+            env=dict(clean_env(), **AGENTS[name]),
+            preexec_fn=(lambda: resource.setrlimit(resource.RLIMIT_NOFILE, (LOW_NOFILE[name],) * 2))
+            if name in LOW_NOFILE else None)
         out.close()
 
     def preflight(self, cluster, *args):
@@ -62,28 +67,29 @@ class PreflightThroughTheCoordinatorTest(unittest.TestCase):
         facts = os.path.join(self.tmp.name, "facts.json")
         with open(facts, "w") as f:
             subprocess.run([KILN_BIN, "facts", "--json"], stdout=f, env=clean_env(), check=True,
-                           timeout=60)
+                           timeout=60)  # the lock holds no health figure: any limit will do
         lock = os.path.join(self.tmp.name, "kiln.lock")
         r = subprocess.run([KILN_BIN, "lock", "--facts", facts, "--node", "a1", "-o", lock],
                            capture_output=True, text=True, timeout=60)
         self.assertEqual(r.returncode, 0, r.stderr)
 
-        cluster = Cluster(nodes=3, local_nodes=0, extra=["--lock", lock])
+        cluster = Cluster(nodes=4, local_nodes=0, extra=["--lock", lock])
         self.addCleanup(cluster.close)
         cluster.start(wait_nodes=False)
         for name in AGENTS:
             self.start_agent(cluster, name)
-        wait_until(lambda: len([n for n in cluster.node_list() if n["state"] == "ready"]) == 3,
-                   30, "three agents to join")
+        wait_until(lambda: len([n for n in cluster.node_list() if n["state"] == "ready"]) == 4,
+                   30, "four agents to join")
 
         r, findings, verdicts = self.preflight(cluster)
         self.assertEqual(r.returncode, 1, r.stderr)
         self.assertEqual({n: v["verdict"] for n, v in verdicts.items()},
-                         {"a1": "pass", "a2": "pass", "a3": "fail"})
-        self.assertEqual(len(findings), 1, findings)
-        f = findings[0]
-        self.assertEqual((f["node"], f["path"], f["expected"], f["found"], f["against"]),
-                         ("a3", "environment.OMP_NUM_THREADS", "(unset)", "3", "lock"))
+                         {"a1": "pass", "a2": "pass", "a3": "fail", "a4": "fail"})
+        got = sorted((f["node"], f["check"], f["path"], f["expected"], f["found"], f["against"])
+                     for f in findings)
+        self.assertEqual(got, [
+            ("a3", "stack", "environment.OMP_NUM_THREADS", "(unset)", "3", "lock"),
+            ("a4", "health", "kernel_params.open_files_soft", ">= 4096", "1024", "threshold")])
         self.assertGreater(verdicts["a1"]["checked"], 20)
 
         # The consistent nodes alone pass; the table names the odd one.
@@ -91,7 +97,7 @@ class PreflightThroughTheCoordinatorTest(unittest.TestCase):
         self.assertEqual(r.returncode, 0, r.stderr)
         self.assertEqual(sorted(verdicts), ["a1", "a2"])
         r = cluster.kiln("preflight")
-        self.assertIn("a3    FAIL         stack  environment.OMP_NUM_THREADS: expected (unset) "
+        self.assertIn("a3    FAIL         stack   environment.OMP_NUM_THREADS: expected (unset) "
                       "(lock), found 3", r.stdout)
 
         # An agent that is gone: unreachable, named, not a crash.

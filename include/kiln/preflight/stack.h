@@ -43,13 +43,16 @@ using Stack = std::map<std::string, std::string>;
 // absent from the stack (check_stacks reports it as "(absent)").
 Stack stack_of(const nlohmann::json& facts);
 
-// A node whose stack differs from the lock or from the other nodes.
-struct StackFinding {
+// A node that fails a check: its stack differs from the lock or from the other nodes (check
+// "stack"), or a health figure is past its threshold (check "health", health.h).
+struct Finding {
   std::string node;
-  std::string path;      // "libraries.openssl"
-  std::string expected;  // the lock's value, or the one most other nodes have
+  std::string path;      // "libraries.openssl", "kernel_params.shm_free_bytes"
+  std::string expected;  // the lock's value, the one most other nodes have, or ">= 268435456"
   std::string found;     // "(absent)" when the node's stack lacks the path
-  std::string against;   // "lock", "majority" (expected is most nodes' value), "no majority"
+  std::string against;   // "lock", "majority" (expected is most nodes' value), "no majority",
+                         // "threshold"
+  std::string check = "stack";
 };
 
 // Checks every node's stack against the lock (when not null) and against the other nodes.
@@ -59,8 +62,7 @@ struct StackFinding {
 // value held by a strict majority of nodes is expected and each other node is named (the odd one
 // out); when no value has a strict majority, every node is named, with the values seen as
 // `expected` ("a | b"). Findings come sorted by node, then path.
-std::vector<StackFinding> check_stacks(const std::map<std::string, Stack>& nodes,
-                                       const Stack* lock);
+std::vector<Finding> check_stacks(const std::map<std::string, Stack>& nodes, const Stack* lock);
 
 // The lock file's text for `stack`, taken from `node` at `at` (RFC 3339).
 std::string render_lock(const Stack& stack, const std::string& node, const std::string& at);

@@ -326,6 +326,8 @@ struct JoinedAgent::Impl {
     obs::HttpResponse out;
     if (!authorized(req, &out)) return out;
     out.body = preflight::collect_node_facts().dump();
+    // This node's wall clock as it answers: the asker's clock-offset figure (preflight health).
+    out.headers.emplace_back("X-Kiln-Wall-Ns", std::to_string(options.clock->wall_ns()));
     return out;
   }
 

@@ -1,6 +1,7 @@
 // The coordinator's preflight of nodes: each node's facts read from its agent (GET /v1/facts,
 // node token), then the stack check across them and against the version lock
-// (kiln/preflight/stack.h). Behind GET /v1/preflight (api.h) and `kiln preflight --nodes`.
+// (kiln/preflight/stack.h) and the health check (kiln/preflight/health.h). Behind GET /v1/preflight
+// (api.h) and `kiln preflight --nodes`.
 #ifndef KILN_SCHED_COORDINATOR_NODE_PREFLIGHT_H_
 #define KILN_SCHED_COORDINATOR_NODE_PREFLIGHT_H_
 
@@ -10,6 +11,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include <kiln/preflight/health.h>
 #include <kiln/preflight/stack.h>
 #include <kiln/sched/state_store.h>
 
@@ -29,14 +31,16 @@ struct NodePreflight {
 };
 
 struct PreflightResult {
-  std::vector<preflight::StackFinding> findings;
+  std::vector<preflight::Finding> findings;
   std::vector<NodePreflight> nodes;  // in the order asked
 };
 
-// Reads the facts of `nodes` from their agents and checks their stacks (a node without facts
-// takes no part in the majority). `lock` may be null.
+// Reads the facts of `nodes` from their agents, checks their stacks (a node without facts takes
+// no part in the majority; `lock` may be null) and their health, the clock offset included
+// (from the agent's X-Kiln-Wall-Ns header against the middle of the exchange).
 PreflightResult preflight_nodes(const std::vector<NodeRecord>& nodes, const std::string& node_token,
-                                const preflight::Stack* lock);
+                                const preflight::Stack* lock,
+                                const preflight::HealthThresholds& thresholds = {});
 
 nlohmann::json preflight_json(const PreflightResult& result);
 
