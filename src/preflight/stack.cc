@@ -123,8 +123,7 @@ Stack stack_of(const nlohmann::json& facts) {
   return stack;
 }
 
-std::vector<Finding> check_stacks(const std::map<std::string, Stack>& nodes,
-                                       const Stack* lock) {
+std::vector<Finding> check_stacks(const std::map<std::string, Stack>& nodes, const Stack* lock) {
   std::vector<Finding> out;
   auto value_on = [](const Stack& stack, const std::string& path) {
     auto it = stack.find(path);

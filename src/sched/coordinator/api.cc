@@ -2,6 +2,7 @@
 #include <kiln/sched/api.h>
 
 #include <algorithm>
+#include <atomic>
 #include <charconv>
 #include <utility>
 
@@ -274,6 +275,13 @@ class Routes {
       return error_answer(400, "preflight checks at most " + std::to_string(kPreflightNodesMax) +
                                    " nodes per request; name them with ?nodes=");
     }
+    if (preflight_running_.exchange(true)) {
+      return error_answer(503, "another preflight is running; try again when it has answered");
+    }
+    struct Release {
+      std::atomic<bool>* flag;
+      ~Release() { flag->store(false); }
+    } release{&preflight_running_};
     const PreflightResult result = preflight_nodes(chosen, c_.node_token, c_.lock.get());
     json body = preflight_json(result);
     body["lock"] = c_.lock != nullptr;
@@ -319,6 +327,9 @@ class Routes {
 
  private:
   ApiContext c_;
+  // One preflight at a time: it holds a worker while it asks the agents (up to 16 rounds of 5 s),
+  // and the workers also take the agents' reports, which must not wait behind preflights.
+  mutable std::atomic<bool> preflight_running_{false};
 };
 
 }  // namespace
