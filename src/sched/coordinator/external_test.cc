@@ -160,6 +160,17 @@ class ExternalTest : public ::testing::Test {
     return a->ranks;
   }
 
+  // A 2-node job whose allocation Slurm runs, its agents on n1 and n2 reporting `step`.
+  std::string running_job(int64_t step) {
+    const std::string id = submit(spec());
+    round();
+    slurm_state(id, 0, "RUNNING");
+    round();
+    agent("n1", step);
+    agent("n2", step);
+    return id;
+  }
+
   std::filesystem::path dir_;
   SecretBox box_ = SecretBox::from_key_for_test(std::string(32, 'k'));
   FakeClock clock_{1'700'000'000'000'000'000};
@@ -275,12 +286,7 @@ TEST_F(ExternalTest, AKilledRankRestartsTheJobAsANewAllocationAndTheCulpritIsDra
 }
 
 TEST_F(ExternalTest, NodesSlurmCannotUseAreDownOrCordonedUntilSlurmLetsThemBack) {
-  const std::string id = submit(spec());
-  round();
-  slurm_state(id, 0, "RUNNING");
-  round();
-  agent("n1", 0);
-  agent("n2", 0);
+  const std::string id = running_job(0);
   // n2 stops answering slurmctld ("down*"): down in Kiln, and its job's fault blames it.
   cluster_[1].responding = false;
   cluster_[1].reason = "Not responding";
@@ -314,12 +320,7 @@ TEST_F(ExternalTest, NodesSlurmCannotUseAreDownOrCordonedUntilSlurmLetsThemBack)
 }
 
 TEST_F(ExternalTest, ANodeSetDownUnderAJobFaultsItAndTheRestartAvoidsIt) {
-  const std::string id = submit(spec());
-  round();
-  slurm_state(id, 0, "RUNNING");
-  round();
-  agent("n1", 0);
-  agent("n2", 0);
+  const std::string id = running_job(0);
   cluster_[1].down = true;
   cluster_[1].reason = "chaos";
   slurm_state(id, 0, "NODE_FAIL");  // Slurm ends the allocation in the same breath
@@ -345,12 +346,7 @@ TEST_F(ExternalTest, AKilnCordonIsADrainAndAnAllocationThatEndsUnderRunningRanks
   ASSERT_TRUE(c.ok()) << c.status().to_string();
   ExecutorIntent intent = coordinator_->executor_intent("kiln");
   EXPECT_EQ(intent.drains["n4"], "kiln: cordoned: fan failure (by admin)");
-  const std::string id = submit(spec());
-  round();
-  slurm_state(id, 0, "RUNNING");
-  round();
-  agent("n1", 3);
-  agent("n2", 3);
+  const std::string id = running_job(3);
   slurm_state(id, 0, "TIMEOUT");
   round();
   EventRecord fault = last_event(id, "fault");
@@ -363,12 +359,7 @@ TEST_F(ExternalTest, AKilnCordonIsADrainAndAnAllocationThatEndsUnderRunningRanks
 }
 
 TEST_F(ExternalTest, ASilentAgentInARunningAllocationLosesItsNode) {
-  const std::string id = submit(spec());
-  round();
-  slurm_state(id, 0, "RUNNING");
-  round();
-  agent("n1", 1);
-  agent("n2", 1);
+  const std::string id = running_job(1);
   clock_.advance_ns(2000 * kMs);
   agent("n1", 2);
   clock_.advance_ns(4000 * kMs);  // n2 silent 6 s > node_timeout 5 s; n1 4 s
@@ -382,12 +373,7 @@ TEST_F(ExternalTest, ASilentAgentInARunningAllocationLosesItsNode) {
 }
 
 TEST_F(ExternalTest, ARestartedCoordinatorFindsItsAllocationsInsteadOfSubmittingAgain) {
-  const std::string id = submit(spec());
-  round();
-  slurm_state(id, 0, "RUNNING");
-  round();
-  agent("n1", 0);
-  agent("n2", 0);
+  const std::string id = running_job(0);
   open();
   const int before = next_id_;
   ExecutorIntent intent = round();
@@ -395,12 +381,6 @@ TEST_F(ExternalTest, ARestartedCoordinatorFindsItsAllocationsInsteadOfSubmitting
   EXPECT_EQ(next_id_, before);  // the allocation of that name exists: nothing submitted
   EXPECT_EQ(job(id).state, "running");
 }
-
-}  // namespace
-}  // namespace kiln::sched
-
-namespace kiln::sched {
-namespace {
 
 TEST_F(ExternalTest, WhenSlurmPlacesTheGangItsNodesBecomeTheJobsAndNoRankChangesItsNumber) {
   manager_places_ = true;
