@@ -7,7 +7,7 @@
 #include <kiln/base/clock.h>
 #include <kiln/base/file_system.h>
 #include <kiln/preflight/facts.h>
-#include <kiln/preflight/health.h>
+#include <kiln/preflight/report.h>
 #include <kiln/preflight/stack.h>
 
 #include <unistd.h>
@@ -15,7 +15,7 @@
 #include <algorithm>
 #include <iomanip>
 #include <iostream>
-#include <map>
+#include <optional>
 
 #include "cli/client.h"
 #include "cli/command.h"
@@ -78,55 +78,31 @@ struct PreflightFlags {
 
 // {"findings": [...], "nodes": [...]} as GET /v1/preflight answers it, from saved facts files.
 Result<nlohmann::json> preflight_offline(const PreflightFlags& flags) {
-  std::map<std::string, preflight::Stack> stacks;
-  std::map<std::string, std::vector<preflight::Finding>> health;
-  std::vector<std::string> order;
+  std::vector<preflight::NodeFacts> nodes;
   for (const std::string& arg : flags.facts) {
     const size_t eq = arg.find('=');
     const std::string path = eq == std::string::npos ? arg : arg.substr(eq + 1);
     Result<nlohmann::json> read = preflight::load_facts(path);
     if (!read.ok()) return read.status().with_context("--facts");
-    const nlohmann::json& facts = *read;
-    const std::string node =
-        eq == std::string::npos ? node_name_of(facts, path) : arg.substr(0, eq);
-    if (stacks.count(node) != 0) {
-      return Status::invalid_argument("--facts " + arg + ": node '" + node +
+    preflight::NodeFacts n;
+    n.node = eq == std::string::npos ? node_name_of(*read, path) : arg.substr(0, eq);
+    if (std::any_of(nodes.begin(), nodes.end(),
+                    [&](const preflight::NodeFacts& x) { return x.node == n.node; })) {
+      return Status::invalid_argument("--facts " + arg + ": node '" + n.node +
                                       "' twice (name them: NAME=FILE)");
     }
-    stacks[node] = preflight::stack_of(facts);
-    health[node] = preflight::check_health(node, facts, preflight::HealthThresholds{});
-    order.push_back(node);
+    n.facts = std::move(*read);
+    nodes.push_back(std::move(n));
   }
-  preflight::Stack lock;
+  std::optional<preflight::Stack> lock;
   if (!flags.lock_path.empty()) {
     Result<preflight::Stack> read = preflight::load_lock(flags.lock_path);
     if (!read.ok()) return read.status().with_context("--lock");
     lock = std::move(*read);
   }
-  std::vector<preflight::Finding> findings =
-      preflight::check_stacks(stacks, flags.lock_path.empty() ? nullptr : &lock);
-  for (const std::string& node : order)
-    findings.insert(findings.end(), health[node].begin(), health[node].end());
-  nlohmann::json out = {{"findings", nlohmann::json::array()},
-                        {"nodes", nlohmann::json::array()},
-                        {"lock", !flags.lock_path.empty()}};
-  std::map<std::string, int> failures;
-  for (const preflight::Finding& f : findings) {
-    ++failures[f.node];
-    out["findings"].push_back({{"node", f.node},
-                               {"check", f.check},
-                               {"path", f.path},
-                               {"expected", f.expected},
-                               {"found", f.found},
-                               {"against", f.against}});
-  }
-  for (const std::string& node : order) {
-    const int n = failures.count(node) != 0 ? failures[node] : 0;
-    out["nodes"].push_back({{"node", node},
-                            {"verdict", n == 0 ? "pass" : "fail"},
-                            {"failures", n},
-                            {"checked", stacks[node].size()}});
-  }
+  nlohmann::json out = preflight::report_json(
+      preflight::check_nodes(nodes, lock ? &*lock : nullptr, preflight::HealthThresholds{}));
+  out["lock"] = lock.has_value();
   return out;
 }
 

@@ -282,8 +282,7 @@ class Routes {
       std::atomic<bool>* flag;
       ~Release() { flag->store(false); }
     } release{&preflight_running_};
-    const PreflightResult result = preflight_nodes(chosen, c_.node_token, c_.lock.get());
-    json body = preflight_json(result);
+    json body = preflight::report_json(preflight_nodes(chosen, c_.node_token, c_.lock.get()));
     body["lock"] = c_.lock != nullptr;
     return json_answer(200, body);
   }

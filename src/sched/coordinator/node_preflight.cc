@@ -1,10 +1,8 @@
-// Reads nodes' facts from their agents and runs the stack check (node_preflight.h).
+// Reads nodes' facts from their agents and runs preflight's checks on them (node_preflight.h).
 #include "sched/coordinator/node_preflight.h"
 
 #include <algorithm>
 #include <charconv>
-#include <map>
-#include <optional>
 #include <thread>
 #include <utility>
 
@@ -16,13 +14,9 @@ namespace {
 
 constexpr size_t kAgentsAtOnce = 16;
 
-struct NodeFacts {
-  nlohmann::json facts;
-  std::optional<int64_t> clock_offset_ms;  // the node's wall clock minus ours
-};
-
-// The facts of one node, or why there are none.
-Result<NodeFacts> facts_of(const NodeRecord& node, const std::string& node_token) {
+// GET /v1/facts of one node's agent; `*clock_offset_ms` set when the answer says its time.
+Result<nlohmann::json> ask_agent(const NodeRecord& node, const std::string& node_token,
+                                 std::optional<int64_t>* clock_offset_ms) {
   if (node.agent_address.rfind("http", 0) != 0) {
     return Status::unavailable("node " + node.name + " has no agent endpoint to ask" +
                                (node.state == "down" ? " (it is down)" : ""));
@@ -46,26 +40,37 @@ Result<NodeFacts> facts_of(const NodeRecord& node, const std::string& node_token
   if (!facts.is_object() || facts.value("schema", "") != "kiln.facts/1") {
     return Status::unavailable("node " + node.name + "'s agent sent no kiln.facts/1 document");
   }
-  NodeFacts out;
-  out.facts = std::move(facts);
   for (const auto& [key, value] : r->headers) {
     if (key != "X-Kiln-Wall-Ns") continue;
     int64_t node_ns = 0;
     const auto [ptr, ec] = std::from_chars(value.data(), value.data() + value.size(), node_ns);
     // Against the middle of the exchange: the error is at most half its round trip.
     if (ec == std::errc() && ptr == value.data() + value.size()) {
-      out.clock_offset_ms = (node_ns - (asked_ns + (answered_ns - asked_ns) / 2)) / 1'000'000;
+      *clock_offset_ms = (node_ns - (asked_ns + (answered_ns - asked_ns) / 2)) / 1'000'000;
     }
+  }
+  return facts;
+}
+
+preflight::NodeFacts facts_of(const NodeRecord& node, const std::string& node_token) {
+  preflight::NodeFacts out;
+  out.node = node.name;
+  Result<nlohmann::json> facts = ask_agent(node, node_token, &out.clock_offset_ms);
+  if (facts.ok()) {
+    out.facts = std::move(*facts);
+  } else {
+    out.error = facts.status().message();
   }
   return out;
 }
 
 }  // namespace
 
-PreflightResult preflight_nodes(const std::vector<NodeRecord>& nodes, const std::string& node_token,
-                                const preflight::Stack* lock,
-                                const preflight::HealthThresholds& thresholds) {
-  std::vector<Result<NodeFacts>> facts(nodes.size(), Status::unavailable("not asked"));
+preflight::PreflightReport preflight_nodes(const std::vector<NodeRecord>& nodes,
+                                           const std::string& node_token,
+                                           const preflight::Stack* lock,
+                                           const preflight::HealthThresholds& thresholds) {
+  std::vector<preflight::NodeFacts> facts(nodes.size());
   for (size_t begin = 0; begin < nodes.size(); begin += kAgentsAtOnce) {
     std::vector<std::thread> askers;
     const size_t end = std::min(nodes.size(), begin + kAgentsAtOnce);
@@ -74,55 +79,7 @@ PreflightResult preflight_nodes(const std::vector<NodeRecord>& nodes, const std:
     for (std::thread& t : askers)
       t.join();
   }
-  std::map<std::string, preflight::Stack> stacks;
-  for (size_t i = 0; i < nodes.size(); ++i)
-    if (facts[i].ok()) stacks[nodes[i].name] = preflight::stack_of(facts[i]->facts);
-  PreflightResult out;
-  out.findings = preflight::check_stacks(stacks, lock);
-  for (size_t i = 0; i < nodes.size(); ++i) {
-    if (!facts[i].ok()) continue;
-    for (preflight::Finding& f : preflight::check_health(nodes[i].name, facts[i]->facts, thresholds,
-                                                         facts[i]->clock_offset_ms)) {
-      out.findings.push_back(std::move(f));
-    }
-  }
-  std::map<std::string, int> failures;
-  for (const preflight::Finding& f : out.findings)
-    ++failures[f.node];
-  for (size_t i = 0; i < nodes.size(); ++i) {
-    NodePreflight n;
-    n.node = nodes[i].name;
-    if (!facts[i].ok()) {
-      n.verdict = "unreachable";
-      n.error = facts[i].status().message();
-    } else {
-      n.failures = failures.count(n.node) != 0 ? failures[n.node] : 0;
-      n.verdict = n.failures == 0 ? "pass" : "fail";
-      n.checked = stacks[n.node].size();
-    }
-    out.nodes.push_back(std::move(n));
-  }
-  return out;
-}
-
-nlohmann::json preflight_json(const PreflightResult& result) {
-  nlohmann::json findings = nlohmann::json::array();
-  for (const preflight::Finding& f : result.findings) {
-    findings.push_back({{"node", f.node},
-                        {"check", f.check},
-                        {"path", f.path},
-                        {"expected", f.expected},
-                        {"found", f.found},
-                        {"against", f.against}});
-  }
-  nlohmann::json nodes = nlohmann::json::array();
-  for (const NodePreflight& n : result.nodes) {
-    nlohmann::json j = {
-        {"node", n.node}, {"verdict", n.verdict}, {"failures", n.failures}, {"checked", n.checked}};
-    if (!n.error.empty()) j["error"] = n.error;
-    nodes.push_back(std::move(j));
-  }
-  return {{"findings", std::move(findings)}, {"nodes", std::move(nodes)}};
+  return preflight::check_nodes(facts, lock, thresholds);
 }
 
 }  // namespace kiln::sched

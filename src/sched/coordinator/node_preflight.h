@@ -9,10 +9,7 @@
 #include <string>
 #include <vector>
 
-#include <nlohmann/json.hpp>
-
-#include <kiln/preflight/health.h>
-#include <kiln/preflight/stack.h>
+#include <kiln/preflight/report.h>
 #include <kiln/sched/state_store.h>
 
 namespace kiln::sched {
@@ -22,27 +19,13 @@ namespace kiln::sched {
 inline constexpr size_t kPreflightNodesMax = 256;
 inline constexpr int64_t kFactsTimeoutMs = 5000;
 
-struct NodePreflight {
-  std::string node;
-  std::string verdict;  // "pass", "fail", or "unreachable" (no facts: `error` says why)
-  int failures = 0;
-  size_t checked = 0;  // stack entries compared
-  std::string error;
-};
-
-struct PreflightResult {
-  std::vector<preflight::Finding> findings;
-  std::vector<NodePreflight> nodes;  // in the order asked
-};
-
 // Reads the facts of `nodes` from their agents, checks their stacks (a node without facts takes
 // no part in the majority; `lock` may be null) and their health, the clock offset included
 // (from the agent's X-Kiln-Wall-Ns header against the middle of the exchange).
-PreflightResult preflight_nodes(const std::vector<NodeRecord>& nodes, const std::string& node_token,
-                                const preflight::Stack* lock,
-                                const preflight::HealthThresholds& thresholds = {});
-
-nlohmann::json preflight_json(const PreflightResult& result);
+preflight::PreflightReport preflight_nodes(const std::vector<NodeRecord>& nodes,
+                                           const std::string& node_token,
+                                           const preflight::Stack* lock,
+                                           const preflight::HealthThresholds& thresholds = {});
 
 }  // namespace kiln::sched
 

@@ -1,0 +1,50 @@
+// One preflight over a set of nodes: the stack check across them and against the lock
+// (stack.h), each node's health (health.h), and a verdict per node, whether the facts came from
+// saved files (`kiln preflight --facts`) or from the agents (the coordinator's GET /v1/preflight).
+#ifndef KILN_PREFLIGHT_REPORT_H_
+#define KILN_PREFLIGHT_REPORT_H_
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include <kiln/preflight/health.h>
+#include <kiln/preflight/stack.h>
+
+namespace kiln::preflight {
+
+// What is known of one node: its facts, or why there are none.
+struct NodeFacts {
+  std::string node;
+  std::optional<nlohmann::json> facts;  // nullopt: unreachable, `error` says why
+  std::string error;
+  std::optional<int64_t> clock_offset_ms;  // the node's clock minus the asker's, when measured
+};
+
+struct NodeVerdict {
+  std::string node;
+  std::string verdict;  // "pass", "fail", or "unreachable" (no facts: `error` says why)
+  int failures = 0;
+  size_t checked = 0;  // stack entries compared
+  std::string error;
+};
+
+struct PreflightReport {
+  std::vector<Finding> findings;   // the stack's (sorted by node, path), then health's by node
+  std::vector<NodeVerdict> nodes;  // in the order given
+};
+
+// Checks the nodes; a node without facts takes no part in the majority. `lock` may be null.
+PreflightReport check_nodes(const std::vector<NodeFacts>& nodes, const Stack* lock,
+                            const HealthThresholds& thresholds);
+
+// {"findings": [{node, check, path, expected, found, against}], "nodes": [{node, verdict,
+// failures, checked[, error]}]}: the API's answer and `kiln preflight --json`'s lines.
+nlohmann::json report_json(const PreflightReport& report);
+
+}  // namespace kiln::preflight
+
+#endif  // KILN_PREFLIGHT_REPORT_H_
