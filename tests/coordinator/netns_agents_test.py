@@ -23,7 +23,7 @@ sys.path.insert(0, os.path.join(HERE, "..", "lib"))
 sys.path.insert(0, HERE)
 from fakehosts import CONTROLLER, FakeHosts  # noqa: E402
 from kiln_cluster import Cluster  # noqa: E402
-from kiln_test import KILN_BIN, skip_unless_ci, wait_until  # noqa: E402
+from kiln_test import KILN_BIN, skip_unless_ci, stop_processes, wait_until  # noqa: E402
 from recovery_test import CONFIG, TRAIN_DIR, VAL_DIR, step_lines  # noqa: E402
 
 HOSTS = 3
@@ -75,18 +75,7 @@ class NetnsAgentsTest(unittest.TestCase):
         self.hosts.up()
         self.addCleanup(self.hosts.down)  # kills whatever still runs in the namespaces
         self.agents = []
-        self.addCleanup(self.stop_agents)
-
-    def stop_agents(self):
-        for proc in self.agents:
-            if proc.poll() is None:
-                proc.terminate()
-        for proc in self.agents:
-            try:
-                proc.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
+        self.addCleanup(lambda: stop_processes(list(self.agents)))
 
     def start_agent(self, cluster, i):
         """`kiln agent --join` in host i's namespace, node name h<i>, its ranks advertising the

@@ -13,7 +13,7 @@ import unittest
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "lib"))
 from kiln_cluster import Cluster  # noqa: E402
-from kiln_test import KILN_BIN, wait_until  # noqa: E402
+from kiln_test import KILN_BIN, stop_processes, wait_until  # noqa: E402
 
 # What the environment of each agent adds: a3's stack is the odd one out; a4 runs with an
 # open-file limit (soft and hard) below preflight's threshold.
@@ -30,18 +30,7 @@ class PreflightThroughTheCoordinatorTest(unittest.TestCase):
         self.tmp = tempfile.TemporaryDirectory(prefix="kiln-preflight-")
         self.addCleanup(self.tmp.cleanup)
         self.agents = {}
-        self.addCleanup(self.stop_agents)
-
-    def stop_agents(self):
-        for proc in self.agents.values():
-            if proc.poll() is None:
-                proc.terminate()
-        for proc in self.agents.values():
-            try:
-                proc.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
+        self.addCleanup(lambda: stop_processes(list(self.agents.values())))
 
     def start_agent(self, cluster, name):
         work = os.path.join(self.tmp.name, name)

@@ -68,6 +68,20 @@ def wait_until(predicate, timeout_s, what):
         time.sleep(0.1)
 
 
+def stop_processes(procs, timeout_s=20):
+    """SIGTERM to each process still running, then waits for all; SIGKILL for any that outlast
+    `timeout_s`. For the `kiln agent --join` processes a test starts itself."""
+    for proc in procs:
+        if proc.poll() is None:
+            proc.terminate()
+    for proc in procs:
+        try:
+            proc.wait(timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
 class Agent:
     """A `kiln agent --json` child process; use as a context manager."""
 
