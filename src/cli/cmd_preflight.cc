@@ -59,13 +59,13 @@ int run_lock(const LockFlags& flags) {
   }
   Status s = check_output_path("-o", flags.output);
   if (!s.ok()) return report_error("lock", s);
-  const std::string text =
-      preflight::render_lock(preflight::stack_of(facts), node, format_wall_time_utc(wall_now_ns()));
+  const preflight::Stack stack = preflight::stack_of(facts);
+  const std::string text = preflight::render_lock(stack, node, format_wall_time_utc(wall_now_ns()));
   const ByteSpan span{text.data(), text.size()};
   Result<DurableWriteResult> w = write_file_durably(posix_file_system(), flags.output, {&span, 1});
   if (!w.ok()) return report_error("lock", w.status());
-  std::cout << "wrote " << flags.output << ": " << preflight::stack_of(facts).size()
-            << " stack entries from " << node << "\n";
+  std::cout << "wrote " << flags.output << ": " << stack.size() << " stack entries from " << node
+            << "\n";
   return kExitOk;
 }
 
