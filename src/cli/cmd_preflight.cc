@@ -44,7 +44,7 @@ std::string node_name_of(const nlohmann::json& facts, const std::string& fallbac
 int run_lock(const LockFlags& flags) {
   nlohmann::json facts;
   if (flags.facts_path.empty()) {
-    facts = nlohmann::json::parse(preflight::collect_node_facts().dump());
+    facts = preflight::collect_node_facts();
   } else {
     Result<nlohmann::json> read = preflight::load_facts(flags.facts_path);
     if (!read.ok()) return report_error("lock", read.status().with_context("--facts"));
