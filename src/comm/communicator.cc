@@ -503,7 +503,14 @@ Status CommunicatorImpl::execute(const CollectiveArgs& a, uint64_t seq, uint64_t
   // TCP sends move only while some op waits on something: an op is complete once its messages
   // have left this process, or a peer could wait forever for the tail of a send.
   if (status.ok() && !mesh_->tcp_links.empty()) status = flush_tcp(progress);
-  if (self_status_ != nullptr) self_status_->in_op.store(0, std::memory_order_release);
+  if (self_status_ != nullptr) {
+    // Before in_op drops: a peer diagnosing the stall must not take this rank's exit from a
+    // failed collective for never having entered it.
+    if (!status.ok() && is_collective(a.kind)) {
+      self_status_->failed_coll_seq_plus1.store(coll_seq + 1, std::memory_order_release);
+    }
+    self_status_->in_op.store(0, std::memory_order_release);
+  }
   auto peer_ref = [&](int r) {
     FlightRecorder::PeerRef ref;
     ref.rank = r;

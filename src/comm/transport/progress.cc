@@ -52,7 +52,9 @@ std::string Progress::explain_stall(int rank) {
     if (st == nullptr) break;  // on another host: its state is not visible from here
     const uint64_t seq = st->coll_seq_plus1.load(std::memory_order_acquire);
     const bool in_op = st->in_op.load(std::memory_order_acquire) != 0;
-    if (seq < ctx_.coll_seq_plus1 || (seq == ctx_.coll_seq_plus1 && !in_op)) {
+    const bool gave_up =
+        st->failed_coll_seq_plus1.load(std::memory_order_acquire) == ctx_.coll_seq_plus1;
+    if (seq < ctx_.coll_seq_plus1 || (seq == ctx_.coll_seq_plus1 && !in_op && !gave_up)) {
       culprit_rank_ = rank;
       const std::string last = seq == 0 ? "none" : "seq=" + std::to_string(seq - 1);
       return chain + "; " + describe(rank) + " has not entered this collective (its last " +

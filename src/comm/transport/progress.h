@@ -48,6 +48,9 @@ struct alignas(64) ShmRankStatus {
   std::atomic<uint64_t> coll_seq_plus1;  // 1 + the last collective it started; 0: none yet
   std::atomic<int32_t> waiting_on;       // the rank its current wait is for; -1: none
   std::atomic<uint32_t> in_op;           // 1 while an op runs
+  // 1 + the last collective it gave up on (timed out or aborted); 0: none. A rank that left a
+  // collective this way entered it: a stall diagnosis follows its wait, not blames it.
+  std::atomic<uint64_t> failed_coll_seq_plus1;
 };
 
 // The communicator-wide record of why it stopped. Thread-safe. The first abort wins; later ones

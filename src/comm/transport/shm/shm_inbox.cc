@@ -14,7 +14,7 @@ namespace kiln::comm {
 namespace {
 
 constexpr uint64_t kInboxMagic = 0x4b494c4e53484d31ULL;  // "KILNSHM1"
-constexpr uint32_t kInboxVersion = 1;
+constexpr uint32_t kInboxVersion = 2;                    // 2: ShmRankStatus::failed_coll_seq_plus1
 
 struct alignas(kCacheLineBytes) InboxHeader {
   uint64_t magic;
