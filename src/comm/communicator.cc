@@ -38,6 +38,11 @@ constexpr uint32_t kTagValueMax = (1u << 24) - 1;
 constexpr size_t kHierarchicalBytesMin = 256 << 10;
 // How stale the op counters and the op-time histogram may be (see PendingStats).
 constexpr int64_t kMetricsFlushNs = 100'000'000;
+// How long a communicator being destroyed waits for its peers to close their side of each TCP
+// link (they are finishing their own last op), reading and dropping what they still send. The
+// tail of a last op reaches a live peer within milliseconds; a peer that keeps its communicator
+// longer costs this rank this much at exit, once.
+constexpr int64_t kOrderlyCloseMs = 500;
 
 uint32_t collective_tag(OpKind kind, uint64_t coll_seq) {
   return static_cast<uint32_t>((coll_seq & kTagValueMax) << 8) | static_cast<uint32_t>(kind);
@@ -243,6 +248,15 @@ CommunicatorImpl::~CommunicatorImpl() {
   space_cv_.notify_all();
   worker_.join();
   flush_stats();  // no op runs any more
+  // Every op finished: close the TCP links in order, so that no peer loses the tail of what
+  // this rank sent in its last op (tcp_link.h). An aborted communicator's links are shut already.
+  if (!abort_.aborted() && !mesh_->tcp_link_impls.empty()) {
+    for (TcpLink* link : mesh_->tcp_link_impls)
+      link->finish_sending();
+    const Deadline deadline = Deadline::after_ms(kOrderlyCloseMs);
+    for (TcpLink* link : mesh_->tcp_link_impls)
+      link->drain_until_eof(deadline);
+  }
 }
 
 void CommunicatorImpl::build_groups() {

@@ -49,6 +49,14 @@ Result<std::unique_ptr<ThreadCluster>> ThreadCluster::create(const ClusterSpec& 
   return cluster;
 }
 
+ThreadCluster::~ThreadCluster() {
+  std::vector<std::thread> threads;
+  for (auto& comm : comms_)
+    threads.emplace_back([&comm] { comm.reset(); });
+  for (std::thread& t : threads)
+    t.join();
+}
+
 std::vector<Status> ThreadCluster::run(const std::function<Status(int rank)>& fn) {
   std::vector<Status> statuses(comms_.size());
   std::vector<std::thread> threads;

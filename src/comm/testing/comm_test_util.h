@@ -39,6 +39,10 @@ class ThreadCluster {
   // Builds every rank's communicator; fails with the first rank's error.
   static Result<std::unique_ptr<ThreadCluster>> create(const ClusterSpec& spec);
 
+  // Destroys the communicators at once, as the ranks' processes would end: each one's orderly
+  // close waits for its peers' (communicator.cc), which sequential destruction would not give.
+  ~ThreadCluster();
+
   int size() const { return static_cast<int>(comms_.size()); }
   Communicator& comm(int rank) { return *comms_[rank]; }
 

@@ -1,11 +1,13 @@
 // See tcp_link.h.
 #include "comm/transport/tcp/tcp_link.h"
 
+#include <poll.h>
 #include <sys/socket.h>
 #include <sys/uio.h>
 
 #include <kiln/base/check.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
@@ -218,6 +220,26 @@ Status TcpLink::progress_recv(Connection& c) {
 void TcpLink::shutdown_connections() {
   for (Connection& c : conns_) {
     if (c.fd.valid()) shutdown(c.fd.get(), SHUT_RDWR);
+  }
+}
+
+void TcpLink::finish_sending() {
+  for (Connection& c : conns_) {
+    if (c.fd.valid()) shutdown(c.fd.get(), SHUT_WR);
+  }
+}
+
+void TcpLink::drain_until_eof(const Deadline& deadline) {
+  char sink[4096];
+  for (Connection& c : conns_) {
+    while (c.fd.valid() && !deadline.expired()) {
+      pollfd p{c.fd.get(), POLLIN, 0};
+      const int64_t wait_ms = std::max<int64_t>(1, std::min<int64_t>(deadline.remaining_ms(), 50));
+      if (poll(&p, 1, static_cast<int>(wait_ms)) <= 0) continue;
+      const ssize_t n = recv(c.fd.get(), sink, sizeof(sink), MSG_DONTWAIT);
+      if (n == 0) break;  // the peer's EOF
+      if (n < 0 && errno != EINTR && errno != EAGAIN && errno != EWOULDBLOCK) break;
+    }
   }
 }
 

@@ -49,6 +49,13 @@ class TcpLink final : public Link {
   // Shuts the connections down without touching any other state: safe from another thread while
   // an op uses the link (its next I/O then fails at once).
   void shutdown_connections();
+  // The orderly close of a communicator whose ops all finished, in two halves over all links:
+  // finish_sending() shuts the write side (the peer reads everything sent, then EOF);
+  // drain_until_eof() reads and drops what the peer still sends until its EOF or `deadline`.
+  // Why: a socket closed with unread data resets the connection, and the reset can discard data
+  // the peer has not read yet, such as the last messages of a barrier this rank already left.
+  void finish_sending();
+  void drain_until_eof(const Deadline& deadline);
 
  private:
   struct Slot {
