@@ -115,6 +115,7 @@ int run_agent(const AgentFlags& flags, const GlobalOptions& globals) {
     join.slots = flags.slots;
     join.work_dir = flags.work_dir;
     join.rank_address = flags.rank_address;
+    join.kiln_binary = self_executable();
     if (!flags.logs_bind.empty()) {
       // The coordinator is told this address: one it cannot dial would break `kiln logs`.
       if (flags.logs_bind == "0.0.0.0" || flags.logs_bind == "::") {

@@ -198,6 +198,27 @@ int run_cancel(const ClientFlags& flags, const std::string& id) {
   return kExitOk;
 }
 
+// "pass quick 40s" / "FAIL full 2h" / "-": the node's last preflight and its age.
+std::string preflight_cell(const json& n) {
+  auto p = n.find("preflight");
+  if (p == n.end() || !p->is_object()) return "-";
+  const int64_t age = p->value("age_s", int64_t{-1});
+  std::string when;
+  if (age < 0) {
+    when = "?";
+  } else if (age < 120) {
+    when = std::to_string(age) + "s";
+  } else if (age < 2 * 3600) {
+    when = std::to_string(age / 60) + "m";
+  } else if (age < 2 * 86400) {
+    when = std::to_string(age / 3600) + "h";
+  } else {
+    when = std::to_string(age / 86400) + "d";
+  }
+  return std::string(p->value("passed", false) ? "pass " : "FAIL ") + p->value("level", "?") + " " +
+         when;
+}
+
 void print_node(const json& n, bool as_json) {
   if (as_json) {
     std::cout << n.dump() << "\n";
@@ -208,7 +229,8 @@ void print_node(const json& n, bool as_json) {
     labels += (labels.empty() ? "" : ",") + k + "=" + v.get<std::string>();
   std::cout << std::left << std::setw(12) << text_of(n, "name") << std::setw(10)
             << text_of(n, "state") << std::setw(20) << labels << std::setw(6) << text_of(n, "slots")
-            << text_of(n, "since") << "  " << text_of(n, "reason") << "\n";
+            << std::setw(18) << preflight_cell(n) << text_of(n, "since") << "  "
+            << text_of(n, "reason") << "\n";
 }
 
 int run_nodes(const ClientFlags& flags) {
@@ -219,7 +241,7 @@ int run_nodes(const ClientFlags& flags) {
   if (!body.ok()) return code;
   if (!flags.json) {
     std::cout << std::left << std::setw(12) << "NODE" << std::setw(10) << "STATE" << std::setw(20)
-              << "LABELS" << std::setw(6) << "SLOTS"
+              << "LABELS" << std::setw(6) << "SLOTS" << std::setw(18) << "PREFLIGHT"
               << "SINCE  REASON\n";
   }
   for (const json& n : (*body)["nodes"])

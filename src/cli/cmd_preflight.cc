@@ -73,6 +73,7 @@ struct PreflightFlags {
   std::vector<std::string> facts;  // [NAME=]FILE: offline, from saved facts
   std::string nodes;               // through the coordinator: these nodes (default: all not down)
   std::string lock_path;
+  std::string level = "quick";
   ClientFlags client;
 };
 
@@ -159,6 +160,11 @@ int run_preflight(const PreflightFlags& flags) {
                           Status::invalid_argument("--facts and --nodes exclude each other: "
                                                    "saved facts, or the agents' own"));
     }
+    if (flags.level != "quick") {
+      return report_error(
+          "preflight", Status::invalid_argument("--facts checks stacks and health (quick); --level "
+                                                "full needs the agents, through the coordinator"));
+    }
     Result<nlohmann::json> result = preflight_offline(flags);
     if (!result.ok()) return report_error("preflight", result.status());
     return print_preflight(*result, flags.client.json);
@@ -172,8 +178,8 @@ int run_preflight(const PreflightFlags& flags) {
   Client c = connect(flags.client, "preflight", 120'000);
   if (!c.http) return c.error;
   int code = 0;
-  std::string path = "/v1/preflight";
-  if (!flags.nodes.empty()) path += "?nodes=" + flags.nodes;
+  std::string path = "/v1/preflight?level=" + flags.level;
+  if (!flags.nodes.empty()) path += "&nodes=" + flags.nodes;
   Result<nlohmann::json> body = call(c.http->get(path), 200, "preflight", &code);
   if (!body.ok()) return code;
   return print_preflight(*body, flags.client.json);
@@ -206,6 +212,11 @@ Command add_preflight_command(CLI::App& parent) {
   app->add_option("--facts", flags->facts,
                   "offline instead: each node's saved `kiln facts --json`, as FILE or NAME=FILE");
   app->add_option("--lock", flags->lock_path, "with --facts: the version lock (kiln lock)");
+  app->add_option("--level", flags->level,
+                  "through the coordinator: quick (stack and health) or full (also links, "
+                  "operators and a trial run); the result is recorded on each node")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"quick", "full"}));
   add_client_flags(app, &flags->client);
   return {app, [flags](const GlobalOptions&) { return run_preflight(*flags); }};
 }

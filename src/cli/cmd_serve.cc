@@ -31,6 +31,7 @@
 #include <kiln/sched/coordinator.h>
 #include <kiln/sched/daemons.h>
 #include <kiln/sched/policy.h>
+#include <kiln/sched/preflight_gate.h>
 #include <kiln/sched/queue_config.h>
 #include <kiln/sched/secret_box.h>
 #include <kiln/sched/slurm.h>
@@ -73,6 +74,9 @@ struct ServeFlags {
   std::string slurm_placement = "kiln";
   std::string lock_path;
   std::string rank_address;
+  // The preflight gate (kiln/sched/preflight_gate.h): nodes pass it before jobs are placed.
+  std::string preflight = "quick";
+  int64_t preflight_valid_s = 3600;
 };
 
 // A pid from the state's settings; 0 (no process) when the text is not one.
@@ -288,6 +292,11 @@ int run_serve(ServeFlags flags, const GlobalOptions& globals) {
   options.preempt_grace_ms = flags.preempt_grace_s * 1000;
   options.executor = flags.executor;
   options.manager_places = flags.executor == "slurm" && flags.slurm_placement == "slurm";
+  // Under Slurm the agents live only inside allocations: its HealthCheckProgram runs
+  // `kiln-node-check` instead (deploy/slurm/), and the gate stays off.
+  options.preflight_level =
+      flags.preflight == "off" || flags.executor != "local" ? "" : flags.preflight;
+  options.preflight_valid_ms = flags.preflight_valid_s * 1000;
   if (flags.executor == "slurm" && flags.local_nodes > 0) {
     return report_error(
         "serve", Status::invalid_argument("--local-nodes and --executor slurm exclude each other: "
@@ -303,6 +312,14 @@ int run_serve(ServeFlags flags, const GlobalOptions& globals) {
   Result<std::unique_ptr<sched::Coordinator>> coordinator = sched::Coordinator::open(
       options, state->get(), sched::make_kiln_policy(policy), &system_clock(), log);
   if (!coordinator.ok()) return report_error("serve", coordinator.status());
+  // Before the server: its routes use the gate, so the gate outlives them.
+  sched::PreflightGateOptions gate_options;
+  gate_options.node_token = auth->node_token;
+  gate_options.lock = lock;
+  gate_options.store_address = *store_address;
+  gate_options.store_token = *store_token;
+  if (!options.preflight_level.empty()) gate_options.level = options.preflight_level;
+  sched::PreflightGate gate(gate_options, coordinator->get(), Logger(sink, "preflight"));
 
   raise_fd_limit(flags.connections_max);
   obs::MetricsRegistry registry;
@@ -322,7 +339,7 @@ int run_serve(ServeFlags flags, const GlobalOptions& globals) {
   api.tokens = &auth->registry;
   api.audit = state->get();
   api.node_token = auth->node_token;
-  api.lock = lock;
+  api.preflight = &gate;
   api.log = log;
   sched::add_api_routes(&server, api);
   s = server.start();
@@ -374,6 +391,7 @@ int run_serve(ServeFlags flags, const GlobalOptions& globals) {
     }
   }
 
+  if (!options.preflight_level.empty()) gate.start();
   std::atomic<bool> stopping{false};
   std::thread ticker([&] {
     while (!stopping.load()) {
@@ -387,6 +405,7 @@ int run_serve(ServeFlags flags, const GlobalOptions& globals) {
     signal_number = signals.wait(1000);
   stopping = true;
   ticker.join();
+  gate.stop();
   // Allocations stay: a coordinator started again finds them by name and follows them.
   if (slurm) slurm->stop();
   server.stop();
@@ -472,6 +491,15 @@ Command add_serve_command(CLI::App& parent) {
                   "with --executor slurm: the address (or interface) ranks advertise for TCP");
   app->add_option("--lock", flags->lock_path,
                   "the version lock (kiln lock) preflight checks nodes against");
+  app->add_option("--preflight", flags->preflight,
+                  "the level nodes pass before jobs are placed on them (docs/preflight.md); "
+                  "off places on any ready node")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"off", "quick", "full"}));
+  app->add_option("--preflight-valid-s", flags->preflight_valid_s,
+                  "a node's preflight pass holds this long")
+      ->capture_default_str()
+      ->check(CLI::Range(int64_t{10}, int64_t{86400 * 30}));
   app->add_flag("--json", flags->json, "print the serving line as JSON");
   return {app, [flags](const GlobalOptions& globals) { return run_serve(*flags, globals); }};
 }

@@ -38,6 +38,7 @@ Command add_version_command(CLI::App& parent);
 Command add_facts_command(CLI::App& parent);
 Command add_lock_command(CLI::App& parent);
 Command add_preflight_command(CLI::App& parent);
+Command add_link_check_command(CLI::App& parent);
 Command add_agent_command(CLI::App& parent);
 Command add_store_command(CLI::App& parent);
 Command add_comm_bench_command(CLI::App& parent);

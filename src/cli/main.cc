@@ -131,7 +131,7 @@ int main(int argc, char** argv) {
       kiln::cli::add_decode_command(app),     kiln::cli::add_ckpt_command(app),
       kiln::cli::add_comm_tune_command(app),  kiln::cli::add_serve_command(app),
       kiln::cli::add_sched_sim_command(app),  kiln::cli::add_lock_command(app),
-      kiln::cli::add_preflight_command(app),
+      kiln::cli::add_preflight_command(app),  kiln::cli::add_link_check_command(app),
   };
   for (Command& command : kiln::cli::add_job_commands(app))
     commands.push_back(std::move(command));

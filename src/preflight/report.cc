@@ -2,17 +2,27 @@
 #include <kiln/preflight/report.h>
 
 #include <map>
+#include <set>
 #include <utility>
 
 namespace kiln::preflight {
 
 PreflightReport check_nodes(const std::vector<NodeFacts>& nodes, const Stack* lock,
-                            const HealthThresholds& thresholds) {
+                            const HealthThresholds& thresholds,
+                            const std::map<std::string, Stack>* peers) {
   std::map<std::string, Stack> stacks;
-  for (const NodeFacts& n : nodes)
+  std::set<std::string> checked;
+  for (const NodeFacts& n : nodes) {
     if (n.facts) stacks[n.node] = stack_of(*n.facts);
+    checked.insert(n.node);
+  }
+  if (peers != nullptr) {
+    for (const auto& [name, stack] : *peers)
+      if (checked.count(name) == 0) stacks.emplace(name, stack);
+  }
   PreflightReport out;
-  out.findings = check_stacks(stacks, lock);
+  for (Finding& f : check_stacks(stacks, lock))
+    if (checked.count(f.node) != 0) out.findings.push_back(std::move(f));
   for (const NodeFacts& n : nodes) {
     if (!n.facts) continue;
     for (Finding& f : check_health(n.node, *n.facts, thresholds, n.clock_offset_ms))
@@ -24,6 +34,7 @@ PreflightReport check_nodes(const std::vector<NodeFacts>& nodes, const Stack* lo
   for (const NodeFacts& n : nodes) {
     NodeVerdict v;
     v.node = n.node;
+    v.agent = n.agent;
     if (!n.facts) {
       v.verdict = "unreachable";
       v.error = n.error;
@@ -34,6 +45,35 @@ PreflightReport check_nodes(const std::vector<NodeFacts>& nodes, const Stack* lo
     }
     out.nodes.push_back(std::move(v));
   }
+  return out;
+}
+
+void add_findings(PreflightReport* report, std::vector<Finding> more) {
+  std::map<std::string, int> added;
+  for (Finding& f : more) {
+    ++added[f.node];
+    report->findings.push_back(std::move(f));
+  }
+  for (NodeVerdict& v : report->nodes) {
+    auto it = added.find(v.node);
+    if (it == added.end() || v.verdict == "unreachable") continue;
+    v.failures += it->second;
+    v.verdict = "fail";
+  }
+}
+
+std::string summarize(const PreflightReport& report, const std::string& node, size_t bytes_max) {
+  std::string out;
+  for (const Finding& f : report.findings) {
+    if (f.node != node) continue;
+    std::string one = f.check + " " + f.path + ": expected " + f.expected + ", found " + f.found;
+    if (f.against != "threshold") one += " (" + f.against + ")";
+    if (!out.empty() && out.size() + 2 + one.size() > bytes_max) return out + "; ...";
+    if (out.empty() && one.size() > bytes_max) return one.substr(0, bytes_max) + "...";
+    out += (out.empty() ? "" : "; ") + one;
+  }
+  for (const NodeVerdict& v : report.nodes)
+    if (v.node == node && !v.error.empty() && out.empty()) return v.error.substr(0, bytes_max);
   return out;
 }
 

@@ -47,5 +47,41 @@ TEST(ReportTest, EachNodeGetsAVerdictAndTheUnreachableTakeNoPartInTheMajority) {
   EXPECT_FALSE(j["nodes"][0].contains("error"));
 }
 
+// The coordinator checks a node that just joined alone: the stacks of the nodes it checked
+// before still make the majority, and they get no verdict of their own.
+TEST(ReportTest, ANodeCheckedAloneIsHeldAgainstItsPeersStacks) {
+  std::map<std::string, Stack> peers = {{"n1", stack_of(facts("b1", 65536))},
+                                        {"n2", stack_of(facts("b1", 65536))},
+                                        {"n3", stack_of(facts("b2", 65536))}};
+  const PreflightReport odd =
+      check_nodes({node("n4", facts("b2", 65536))}, nullptr, HealthThresholds{}, &peers);
+  ASSERT_EQ(odd.nodes.size(), 1u);
+  // n3 and n4 (b2) against n1 and n2 (b1): no value has a strict majority of four.
+  EXPECT_EQ(odd.nodes[0].verdict, "fail");
+  for (const Finding& f : odd.findings)
+    EXPECT_EQ(f.node, "n4") << "peers get no findings";
+  peers["n3"] = stack_of(facts("b1", 65536));
+  const PreflightReport checked =
+      check_nodes({node("n4", facts("b2", 65536))}, nullptr, HealthThresholds{}, &peers);
+  ASSERT_EQ(checked.findings.size(), 1u);
+  EXPECT_EQ(checked.findings[0].expected, "b1");
+  EXPECT_EQ(summarize(checked, "n4"), "stack kiln.build_id: expected b1, found b2 (majority)");
+  // Alone without peers, a node is its own majority.
+  EXPECT_EQ(
+      check_nodes({node("n4", facts("b2", 65536))}, nullptr, HealthThresholds{}).nodes[0].verdict,
+      "pass");
+}
+
+TEST(ReportTest, ASummaryIsBoundedAtAFinding) {
+  PreflightReport r;
+  for (int i = 0; i < 50; ++i)
+    r.findings.push_back({"n1", "environment.OMP_" + std::to_string(i), "1", "2", "lock", "stack"});
+  const std::string s = summarize(r, "n1", 200);
+  EXPECT_LE(s.size(), 205u);
+  EXPECT_EQ(s.substr(s.size() - 5), "; ...");
+  EXPECT_EQ(s.find("stack environment.OMP_0: expected 1, found 2 (lock)"), 0u) << s;
+  EXPECT_EQ(summarize(r, "n2"), "");
+}
+
 }  // namespace
 }  // namespace kiln::preflight

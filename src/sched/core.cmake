@@ -3,12 +3,15 @@
 kiln_library(NAME sched
   SOURCES
     agent/node_agent.cc
+    agent/probe.cc
     coordinator/api.cc
     coordinator/auth.cc
     coordinator/coordinator.cc
     coordinator/daemons.cc
     coordinator/external.cc
+    coordinator/gate.cc
     coordinator/node_preflight.cc
+    coordinator/preflight_gate.cc
     coordinator/queue_config.cc
     coordinator/recovery.cc
     coordinator/reports.cc
@@ -21,6 +24,7 @@ kiln_library(NAME sched
 
 kiln_tests(NAME sched
   SOURCES
+    agent/probe_test.cc
     coordinator/api_test.cc
     coordinator/auth_test.cc
     coordinator/coordinator_test.cc

@@ -10,7 +10,9 @@
 //   events(seq INTEGER PRIMARY KEY AUTOINCREMENT, ts_ns, job_id REFERENCES jobs(id) or NULL,
 //          type, attempt, detail_json)
 //   nodes(name TEXT PRIMARY KEY, state, labels_json, slots, reason, state_since_ns,
-//         last_heartbeat_ns, fault_ns_json, agent_address, version)
+//         last_heartbeat_ns, fault_ns_json, agent_address, version,
+//         preflight_json)                           -- version 2: {level, passed, checked_ns,
+//                                                   --   summary, agent}, '{}' before a check
 //   audit(seq INTEGER PRIMARY KEY AUTOINCREMENT, ts_ns, who, action, object, result)
 //   settings(key TEXT PRIMARY KEY, value TEXT)
 // AUTOINCREMENT (not plain rowid) is what makes a sequence number never reused, even for the
@@ -105,6 +107,10 @@ CREATE TABLE audit (
   object TEXT NOT NULL,
   result TEXT NOT NULL);
 CREATE TABLE settings (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+)sql"},
+    // Each node's last preflight, for the placement gate and `kiln nodes`.
+    {2, R"sql(
+ALTER TABLE nodes ADD COLUMN preflight_json TEXT NOT NULL DEFAULT '{}';
 )sql"},
 };
 constexpr int kSchemaVersion = kMigrations[std::size(kMigrations) - 1].version;
@@ -385,7 +391,7 @@ Result<std::vector<JobRecord>> collect_jobs(Stmt& stmt, const std::string& path,
 
 constexpr const char* kNodeSelect =
     "SELECT name, state, labels_json, slots, reason, state_since_ns, last_heartbeat_ns, "
-    "fault_ns_json, agent_address, version FROM nodes ";
+    "fault_ns_json, agent_address, version, preflight_json FROM nodes ";
 
 Result<NodeRecord> decode_node(const Stmt& row, const std::string& path) {
   NodeRecord node;
@@ -411,6 +417,23 @@ Result<NodeRecord> decode_node(const Stmt& row, const std::string& path) {
   node.last_heartbeat_ns = row.col_int(6);
   node.agent_address = row.col_text(8);
   node.version = row.col_int(9);
+  KILN_ASSIGN_OR_RETURN(const Json preflight,
+                        load_json(path, row.col_text(10), what + ": preflight"));
+  if (!preflight.is_object()) {
+    return Status::corruption("state store " + path + ": " + what + ": preflight_json");
+  }
+  if (!preflight.empty()) {
+    try {
+      node.preflight.level = preflight.at("level").get<std::string>();
+      node.preflight.passed = preflight.at("passed").get<bool>();
+      node.preflight.checked_ns = preflight.at("checked_ns").get<int64_t>();
+      node.preflight.summary = preflight.at("summary").get<std::string>();
+      node.preflight.agent = preflight.value("agent", "");
+    } catch (const Json::exception& e) {
+      return Status::corruption("state store " + path + ": " + what +
+                                ": preflight_json: " + e.what());
+    }
+  }
   return node;
 }
 
@@ -506,19 +529,31 @@ Result<int64_t> write_node(sqlite3* db, const std::string& path, const NodeRecor
   KILN_ASSIGN_OR_RETURN(const std::string labels, dump_json(Json(node.labels), what + ": labels"));
   KILN_ASSIGN_OR_RETURN(const std::string faults,
                         dump_json(Json(node.fault_ns), what + ": faults"));
+  Json preflight = Json::object();
+  if (!node.preflight.level.empty()) {
+    preflight = {{"level", node.preflight.level},
+                 {"passed", node.preflight.passed},
+                 {"checked_ns", node.preflight.checked_ns},
+                 {"summary", node.preflight.summary},
+                 {"agent", node.preflight.agent}};
+  }
+  KILN_ASSIGN_OR_RETURN(const std::string preflight_text,
+                        dump_json(preflight, what + ": preflight"));
   // Registration (version 0) writes whatever is there; an update only the version it read.
   const char* sql =
       node.version == 0
           ? "INSERT INTO nodes (state, labels_json, slots, reason, state_since_ns, "
-            "last_heartbeat_ns, fault_ns_json, agent_address, name, version) "
-            "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, 1) ON CONFLICT (name) DO UPDATE SET "
+            "last_heartbeat_ns, fault_ns_json, agent_address, preflight_json, name, version) "
+            "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 1) ON CONFLICT (name) DO UPDATE SET "
             "state = excluded.state, labels_json = excluded.labels_json, slots = excluded.slots, "
             "reason = excluded.reason, state_since_ns = excluded.state_since_ns, "
             "last_heartbeat_ns = excluded.last_heartbeat_ns, "
             "fault_ns_json = excluded.fault_ns_json, agent_address = excluded.agent_address, "
+            "preflight_json = excluded.preflight_json, "
             "version = nodes.version + 1 RETURNING version"
           : "UPDATE nodes SET state = ?, labels_json = ?, slots = ?, reason = ?, "
             "state_since_ns = ?, last_heartbeat_ns = ?, fault_ns_json = ?, agent_address = ?, "
+            "preflight_json = ?, "
             "version = version + 1 WHERE name = ? AND version = ? RETURNING version";
   Stmt stmt(db, path, sql);
   stmt.bind_text(node.state)
@@ -529,6 +564,7 @@ Result<int64_t> write_node(sqlite3* db, const std::string& path, const NodeRecor
       .bind_int(node.last_heartbeat_ns)
       .bind_text(faults)
       .bind_text(node.agent_address)
+      .bind_text(preflight_text)
       .bind_text(node.name);
   if (node.version != 0) stmt.bind_int(node.version);
   KILN_ASSIGN_OR_RETURN(const bool row, stmt.step());

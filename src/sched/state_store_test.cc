@@ -340,7 +340,7 @@ TEST_F(StateStoreTest, ReopeningLosesNothing) {
   ASSERT_TRUE(store_->put_setting("store_address", "10.0.0.2:29500").ok());
 
   reopen();
-  EXPECT_EQ(store_->schema_version(), 1);
+  EXPECT_EQ(store_->schema_version(), 2);
   Result<JobRecord> got = store_->get_job(job.id);
   ASSERT_TRUE(got.ok());
   EXPECT_EQ(got->state, "running");
@@ -414,6 +414,41 @@ TEST_F(StateStoreTest, TheFileIsWal0600AndSchemaVersioned) {
             std::vector<std::string>{std::to_string(store_->schema_version())});
 }
 
+TEST_F(StateStoreTest, ANodesPreflightIsKeptAndReadBack) {
+  NodeRecord node = node_named("n1");
+  node.preflight = {"full", false, 1234, "stack: OMP_NUM_THREADS expected 2, found 3", "77.1"};
+  ASSERT_TRUE(store_->upsert_node(node, {}).ok());
+  reopen();
+  Result<NodeRecord> got = store_->get_node("n1");
+  ASSERT_TRUE(got.ok()) << got.status().to_string();
+  EXPECT_EQ(got->preflight.level, "full");
+  EXPECT_FALSE(got->preflight.passed);
+  EXPECT_EQ(got->preflight.checked_ns, 1234);
+  EXPECT_EQ(got->preflight.summary, "stack: OMP_NUM_THREADS expected 2, found 3");
+  EXPECT_EQ(got->preflight.agent, "77.1");
+  // A node never checked reads back as never checked.
+  ASSERT_TRUE(store_->upsert_node(node_named("n2"), {}).ok());
+  EXPECT_TRUE(store_->get_node("n2")->preflight.level.empty());
+}
+
+// An upgrade: a file written by a version-1 coordinator (no preflight column) gains it, and
+// keeps its jobs, events and nodes.
+TEST_F(StateStoreTest, AVersionOneFileMigratesForwardKeepingEverything) {
+  JobRecord job = insert("a");
+  ASSERT_TRUE(store_->upsert_node(node_named("n1"), {event("node_up")}).ok());
+  store_.reset();
+  raw_query(path_, "ALTER TABLE nodes DROP COLUMN preflight_json");
+  raw_query(path_, "UPDATE meta SET value = 1 WHERE key = 'schema_version'");
+  reopen();
+  EXPECT_EQ(store_->schema_version(), 2);
+  EXPECT_EQ(store_->get_job(job.id)->spec.name, job.spec.name);
+  EXPECT_EQ(store_->events_after(0, 100)->size(), 2u);
+  Result<NodeRecord> node = store_->get_node("n1");
+  ASSERT_TRUE(node.ok()) << node.status().to_string();
+  EXPECT_TRUE(node->preflight.level.empty());
+  EXPECT_EQ(node->labels.at("rack"), "r1");
+}
+
 TEST_F(StateStoreTest, ANewerSchemaIsRefusedNamingBothVersions) {
   const int code_version = store_->schema_version();
   store_.reset();
@@ -433,7 +468,7 @@ TEST_F(StateStoreTest, AnEmptyFileIsMigratedToTheSchema) {
     std::remove((path_ + suffix).c_str());
   std::ofstream(path_).close();  // zero bytes
   reopen();
-  EXPECT_EQ(store_->schema_version(), 1);
+  EXPECT_EQ(store_->schema_version(), 2);
   const std::vector<std::string> tables =
       raw_query(path_, "SELECT name FROM sqlite_master WHERE type = 'table' ORDER BY name");
   const std::set<std::string> names(tables.begin(), tables.end());

@@ -142,6 +142,27 @@ class FakeHosts:
     def norate(self, i):
         _run("ip", "netns", "exec", self.ns(i), "tc", "qdisc", "del", "dev", "veth0", "root",
              check=False)
+        _run("ip", "netns", "exec", self.ns(i), "nft", "delete", "table", "inet", "kilnrate",
+             check=False)
+
+    def rate_to(self, i, j, rate):
+        """Only what host i sends to host j goes through tbf at `rate`: one slow link between two
+        hosts, every other link of both as fast as before. The kernel here has no prio qdisc and
+        no tc classifiers, so nftables marks the packets for j (skb priority 1:20) and an htb
+        root sends that class through the tbf."""
+        ns = self.ns(i)
+        tc = ["ip", "netns", "exec", ns, "tc"]
+        _run(*tc, "qdisc", "replace", "dev", "veth0", "root", "handle", "1:", "htb", "default", "10")
+        for cls in ("1:10", "1:20"):
+            _run(*tc, "class", "add", "dev", "veth0", "parent", "1:", "classid", cls, "htb",
+                 "rate", "10gbit")
+        _run(*tc, "qdisc", "add", "dev", "veth0", "parent", "1:20", "handle", "20:", "tbf", "rate",
+             rate, "burst", "32kbit", "latency", "50ms")
+        nft = ["ip", "netns", "exec", ns, "nft"]
+        _run(*nft, "add", "table", "inet", "kilnrate")
+        _run(*nft, "add chain inet kilnrate out { type filter hook output priority 0; policy accept; }")
+        _run(*nft, "add", "rule", "inet", "kilnrate", "out", "ip", "daddr", self.addr(j), "meta",
+             "priority", "set", "1:20")
 
     def loss(self, i, percent):
         """Host i drops `percent` % of the packets it sends to the other hosts (nftables)."""

@@ -5,6 +5,7 @@
 #define KILN_PREFLIGHT_REPORT_H_
 
 #include <cstdint>
+#include <map>
 #include <optional>
 #include <string>
 #include <vector>
@@ -22,10 +23,12 @@ struct NodeFacts {
   std::optional<nlohmann::json> facts;  // nullopt: unreachable, `error` says why
   std::string error;
   std::optional<int64_t> clock_offset_ms;  // the node's clock minus the asker's, when measured
+  std::string agent;  // which agent process answered (its incarnation), when asked through one
 };
 
 struct NodeVerdict {
   std::string node;
+  std::string agent;    // NodeFacts::agent
   std::string verdict;  // "pass", "fail", or "unreachable" (no facts: `error` says why)
   int failures = 0;
   size_t checked = 0;  // stack entries compared
@@ -38,8 +41,19 @@ struct PreflightReport {
 };
 
 // Checks the nodes; a node without facts takes no part in the majority. `lock` may be null.
+// `peers` (may be null): stacks of other nodes, checked before, that take part in the majority
+// without a verdict of their own, so that one node checked alone is still held against the rest.
 PreflightReport check_nodes(const std::vector<NodeFacts>& nodes, const Stack* lock,
-                            const HealthThresholds& thresholds);
+                            const HealthThresholds& thresholds,
+                            const std::map<std::string, Stack>* peers = nullptr);
+
+// Appends `more` to the report's findings and recounts the verdicts of the nodes they name.
+void add_findings(PreflightReport* report, std::vector<Finding> more);
+
+// One line a person reads for a failing node: its first findings, "check path: expected E,
+// found F" joined by "; ", at most `bytes_max` bytes (cut at a finding, "..." when cut).
+std::string summarize(const PreflightReport& report, const std::string& node,
+                      size_t bytes_max = 400);
 
 // {"findings": [{node, check, path, expected, found, against}], "nodes": [{node, verdict,
 // failures, checked[, error]}]}: the API's answer and `kiln preflight --json`'s lines.

@@ -14,9 +14,11 @@
 //   GET    /v1/nodes                   -> {"nodes": [...]}
 //   POST   /v1/nodes/{name}/cordon     {"reason": text}   (admin)
 //   POST   /v1/nodes/{name}/uncordon                      (admin)
-//   GET    /v1/preflight?nodes=a,b     (admin) the stack check of those nodes (default: every
-//                                      node not down), facts read from their agents:
-//                                      {"findings": [...], "nodes": [{node, verdict, ...}]}
+//   GET    /v1/preflight?nodes=a,b&level=quick|full  (admin) preflight of those nodes (default:
+//                                      every node not down), facts read from their agents, the
+//                                      results recorded on the nodes (preflight_gate.h):
+//                                      {"findings": [...], "nodes": [{node, verdict, ...}],
+//                                       "level", "lock"}; 503 while another one runs
 //   POST   /v1/agent/report            an AgentReport -> AgentAnswer      (node token only)
 //   GET    /metrics, /healthz          no token
 //
@@ -33,9 +35,9 @@
 #include <kiln/base/log.h>
 #include <kiln/obs/http_server.h>
 #include <kiln/obs/metrics.h>
-#include <kiln/preflight/stack.h>
 #include <kiln/sched/auth.h>
 #include <kiln/sched/coordinator.h>
+#include <kiln/sched/preflight_gate.h>
 #include <kiln/sched/state_store.h>
 
 namespace kiln::sched {
@@ -55,8 +57,8 @@ struct ApiContext {
   StateStore* audit = nullptr;
   // Presented to node agents when the coordinator reads a rank's log from them.
   std::string node_token;
-  // The version lock preflight checks nodes against (`kiln serve --lock`); null: none.
-  std::shared_ptr<const preflight::Stack> lock;
+  // Runs GET /v1/preflight's checks (and records them); null: the route answers 503.
+  PreflightGate* preflight = nullptr;
   Logger log;
 };
 

@@ -48,6 +48,7 @@
 #include <kiln/base/clock.h>
 #include <kiln/base/log.h>
 #include <kiln/base/result.h>
+#include <kiln/preflight/report.h>
 #include <kiln/sched/fair_share.h>
 #include <kiln/sched/job_spec.h>
 #include <kiln/sched/policy.h>
@@ -97,6 +98,13 @@ struct CoordinatorOptions {
   // then the manager's nodes become the job's (positions of nodes in both are kept, so a rank
   // never moves). Agents get no ranks of such an attempt before that.
   bool manager_places = false;
+  // The preflight gate (preflight_gate.h runs the checks): "" (off), "quick" or "full". When on,
+  // the policy places only on nodes whose last preflight, at this level or above, passed within
+  // preflight_valid_ms and was answered by the agent that reports for the node now (an agent
+  // restarted, perhaps from another build, is checked again). A node that fails is cordoned
+  // with the findings; it is ready again when it passes.
+  std::string preflight_level;
+  int64_t preflight_valid_ms = 60 * 60 * 1000;
 };
 
 // One rank as an agent reports it.
@@ -128,6 +136,9 @@ struct AgentReport {
   int64_t memory_bytes = 0;  // 0: unknown
   int gpus = 0;
   std::string address;  // the agent's own endpoint, informational
+  // Which agent process reports ("<pid>.<start wall ns>"): a new one means the node may run
+  // another build or environment, and its preflight is due again.
+  std::string incarnation;
   std::vector<RankReport> ranks;
 };
 
@@ -246,6 +257,8 @@ class Coordinator {
   Result<std::vector<NodeRecord>> nodes();
   Result<NodeRecord> cordon(const Caller& caller, const std::string& node,
                             const std::string& reason);
+  // A node cordoned after faults (cordon_faults within the window) is readmitted only once it
+  // has passed preflight at level full since: kAborted (HTTP 409) says so otherwise.
   Result<NodeRecord> uncordon(const Caller& caller, const std::string& node);
   // Which node ran `rank` of the job's `attempt` (-1: the current one), for `kiln logs`: from the
   // job record for the current attempt, from that attempt's placed event for an earlier one.
@@ -255,6 +268,16 @@ class Coordinator {
 
   // --- the agents ---
   Result<AgentAnswer> report(const AgentReport& report);
+
+  // --- the preflight gate (CoordinatorOptions::preflight_level; preflight_gate.h) ---
+  // Nodes whose check is due: never checked, checked below the gate's level, by another agent
+  // than the one reporting now, or nine tenths of the way to its validity; failed ones again
+  // retry_ms after the check. Ready, suspect or cordoned by preflight; with an agent to ask.
+  std::vector<NodeRecord> preflight_due(int64_t retry_ms);
+  // Records each node's result at `level`. With the gate on, a failing node that is ready or
+  // suspect is cordoned ("preflight LEVEL: findings") and a passing node that preflight cordoned
+  // is ready again. A node without facts (unreachable) keeps its state and its last result.
+  Status record_preflight(const preflight::PreflightReport& report, const std::string& level);
 
   // --- an external resource manager's executor (CoordinatorOptions::executor) ---
   ExecutorIntent executor_intent(const std::string& name_prefix);

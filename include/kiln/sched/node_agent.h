@@ -44,6 +44,9 @@ struct JoinOptions {
   int port = 0;
   int64_t request_timeout_ms = 3000;
   const Clock* clock = &system_clock();
+  // The kiln binary the full preflight's probes run (POST /v1/probe): the agent's own, so the
+  // node's build is what is checked. Empty: probes are refused.
+  std::string kiln_binary;
 };
 
 class JoinedAgent {

@@ -80,6 +80,16 @@ struct EventRecord {
   nlohmann::json detail = nlohmann::json::object();  // for a fault: cause, rank, node, message
 };
 
+// A node's last preflight (kiln/preflight/report.h) as the coordinator keeps it: the gate before
+// placement reads it, `kiln nodes` shows it.
+struct NodePreflight {
+  std::string level;  // "quick" or "full"; empty: never checked
+  bool passed = false;
+  int64_t checked_ns = 0;  // wall ns of the check
+  std::string summary;     // a failure's checks and values, bounded; empty when it passed
+  std::string agent;       // the agent incarnation that answered (AgentReport::incarnation)
+};
+
 struct NodeRecord {
   std::string name;
   std::string state;                          // ready, suspect, cordoned, down
@@ -90,6 +100,7 @@ struct NodeRecord {
   int64_t last_heartbeat_ns = 0;
   std::vector<int64_t> fault_ns;  // wall times of recent faults on this node (trimmed by caller)
   std::string agent_address;      // how to reach the agent, may be empty
+  NodePreflight preflight;
   int64_t version = 0;
 };
 

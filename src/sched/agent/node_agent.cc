@@ -25,6 +25,8 @@
 #include <kiln/sched/rank_log.h>
 #include <kiln/sched/rank_process.h>
 
+#include "sched/agent/probe.h"
+
 namespace kiln::sched {
 namespace {
 
@@ -89,6 +91,9 @@ struct JoinedAgent::Impl {
   std::map<std::string, HeldRank> ranks;  // GUARDED_BY(mu)
   std::atomic<int64_t> reports{0};
   int gpus = 0;  // NVIDIA devices on this node (/dev/nvidia<N>), counted at start
+  // "<pid>.<start wall ns>": this agent process among every one that ever ran on the node.
+  std::string incarnation;
+  std::atomic<bool> probing{false};  // one probe at a time: it holds one of two HTTP workers
   std::thread loop;
 
   std::string attempt_dir(const std::string& job, int attempt) const {
@@ -122,6 +127,7 @@ struct JoinedAgent::Impl {
     report.gpus = gpus;
     report.address =
         server ? "http://" + options.bind_address + ":" + std::to_string(server->port()) : "";
+    report.incarnation = incarnation;
     const int64_t now = options.clock->monotonic_ns();
     std::lock_guard<std::mutex> lock(mu);
     for (auto& [key, r] : ranks) {
@@ -328,6 +334,39 @@ struct JoinedAgent::Impl {
     out.body = preflight::collect_node_facts().dump();
     // This node's wall clock as it answers: the asker's clock-offset figure (preflight health).
     out.headers.emplace_back("X-Kiln-Wall-Ns", std::to_string(options.clock->wall_ns()));
+    // Which agent answered: the coordinator's pass holds for this incarnation only.
+    out.headers.emplace_back("X-Kiln-Agent", incarnation);
+    return out;
+  }
+
+  // Runs one of Kiln's own checks for the coordinator's full preflight (probe.h).
+  obs::HttpResponse serve_probe(const obs::HttpRequest& req) {
+    obs::HttpResponse out;
+    if (!authorized(req, &out)) return out;
+    Result<ProbeRequest> request =
+        probe_request_from_json(nlohmann::json::parse(req.body, nullptr, false));
+    if (!request.ok() || options.kiln_binary.empty()) {
+      out.status = 400;
+      out.body = nlohmann::json{{"error", request.ok() ? "this agent runs no probes"
+                                                       : request.status().message()}}
+                     .dump();
+      return out;
+    }
+    if (probing.exchange(true)) {
+      out.status = 503;
+      out.body = R"({"error":"another probe is running on this node"})";
+      return out;
+    }
+    log.info("probe", {{"check", request->check}, {"rank", request->rank}});
+    Result<slurm::CommandOutput> ran = slurm::run_command(
+        probe_command(*request, options.kiln_binary, options.node_name, options.rank_address));
+    probing = false;
+    if (!ran.ok()) {
+      out.status = 500;
+      out.body = nlohmann::json{{"error", ran.status().message()}}.dump();
+      return out;
+    }
+    out.body = to_json(ProbeResult{ran->exit_code, ran->out, ran->err}).dump();
     return out;
   }
 
@@ -395,6 +434,8 @@ Result<std::unique_ptr<JoinedAgent>> JoinedAgent::start(JoinOptions options, Log
   Impl* self = impl.get();
   impl->options = std::move(options);
   impl->log = std::move(log);
+  impl->incarnation =
+      std::to_string(getpid()) + "." + std::to_string(impl->options.clock->wall_ns());
   for (int i = 0; i < 64; ++i) {
     if (access(("/dev/nvidia" + std::to_string(i)).c_str(), F_OK) == 0) ++impl->gpus;
   }
@@ -419,6 +460,8 @@ Result<std::unique_ptr<JoinedAgent>> JoinedAgent::start(JoinOptions options, Log
                       [self](const obs::HttpRequest& req) { return self->serve_logs(req); });
   impl->server->route("GET", "/v1/facts",
                       [self](const obs::HttpRequest& req) { return self->serve_facts(req); });
+  impl->server->route("POST", "/v1/probe",
+                      [self](const obs::HttpRequest& req) { return self->serve_probe(req); });
   impl->server->get("/healthz", [](const obs::HttpRequest&) {
     obs::HttpResponse r;
     r.body = "ok\n";

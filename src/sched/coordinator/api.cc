@@ -237,8 +237,16 @@ class Routes {
     Result<std::vector<NodeRecord>> all = c_.coordinator->nodes();
     if (!all.ok()) return error_answer(500, all.status().message());
     json out = json::array();
-    for (const NodeRecord& n : *all)
-      out.push_back(node_json(n));
+    const int64_t now_ns = wall_now_ns();
+    for (const NodeRecord& n : *all) {
+      json j = node_json(n);
+      // How old the last preflight is, by this coordinator's clock (the one that recorded it).
+      if (j["preflight"].is_object()) {
+        j["preflight"]["age_s"] =
+            std::max<int64_t>(0, (now_ns - n.preflight.checked_ns) / 1'000'000'000);
+      }
+      out.push_back(std::move(j));
+    }
     return json_answer(200, {{"nodes", out}});
   }
 
@@ -275,15 +283,19 @@ class Routes {
       return error_answer(400, "preflight checks at most " + std::to_string(kPreflightNodesMax) +
                                    " nodes per request; name them with ?nodes=");
     }
-    if (preflight_running_.exchange(true)) {
-      return error_answer(503, "another preflight is running; try again when it has answered");
+    const std::string level = req.param("level").empty() ? "quick" : req.param("level");
+    if (level != "quick" && level != "full") {
+      return error_answer(400, "level '" + level + "': quick or full");
     }
-    struct Release {
-      std::atomic<bool>* flag;
-      ~Release() { flag->store(false); }
-    } release{&preflight_running_};
-    json body = preflight::report_json(preflight_nodes(chosen, c_.node_token, c_.lock.get()));
-    body["lock"] = c_.lock != nullptr;
+    if (c_.preflight == nullptr) return error_answer(503, "this coordinator runs no preflight");
+    Result<preflight::PreflightReport> report = c_.preflight->check(chosen, level);
+    if (!report.ok()) {
+      return error_answer(report.status().is_unavailable() ? 503 : 400, report.status().message());
+    }
+    audit(caller, "preflight", wanted.empty() ? "*" : wanted, "ok");
+    json body = preflight::report_json(*report);
+    body["lock"] = c_.preflight->has_lock();
+    body["level"] = level;
     return json_answer(200, body);
   }
 
@@ -326,9 +338,6 @@ class Routes {
 
  private:
   ApiContext c_;
-  // One preflight at a time: it holds a worker while it asks the agents (up to 16 rounds of 5 s),
-  // and the workers also take the agents' reports, which must not wait behind preflights.
-  mutable std::atomic<bool> preflight_running_{false};
 };
 
 }  // namespace
@@ -360,6 +369,7 @@ json to_json(const AgentReport& report) {
           {"memory_bytes", report.memory_bytes},
           {"gpus", report.gpus},
           {"address", report.address},
+          {"incarnation", report.incarnation},
           {"ranks", ranks}};
 }
 
@@ -373,6 +383,10 @@ Result<AgentReport> agent_report_from_json(const json& j) {
   out.slots = std::clamp(field_or<int>(j, "slots", 1), 0, 1 << 20);
   out.cpus = std::clamp(field_or<int>(j, "cpus", 0), 0, 1 << 20);
   out.address = field_or<std::string>(j, "address", "");
+  out.incarnation = field_or<std::string>(j, "incarnation", "");
+  if (out.incarnation.size() > 128) {
+    return Status::invalid_argument("field 'incarnation': at most 128 characters");
+  }
   out.memory_bytes = std::max<int64_t>(field_or<int64_t>(j, "memory_bytes", 0), 0);
   out.gpus = std::clamp(field_or<int>(j, "gpus", 0), 0, 1 << 16);
   auto ranks = j.find("ranks");
@@ -503,7 +517,12 @@ json node_json(const NodeRecord& n) {
           {"reason", n.reason},
           {"slots", n.slots},
           {"since", iso(n.state_since_ns)},
-          {"recent_faults", n.fault_ns.size()}};
+          {"recent_faults", n.fault_ns.size()},
+          {"preflight", n.preflight.level.empty() ? json(nullptr)
+                                                  : json{{"level", n.preflight.level},
+                                                         {"passed", n.preflight.passed},
+                                                         {"checked", iso(n.preflight.checked_ns)},
+                                                         {"summary", n.preflight.summary}}}};
 }
 
 void add_api_routes(obs::HttpServer* server, const ApiContext& context) {

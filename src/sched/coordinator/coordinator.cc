@@ -337,6 +337,7 @@ Result<NodeRecord> Coordinator::uncordon(const Caller& caller, const std::string
   auto it = s.nodes.find(node);
   if (it == s.nodes.end()) return Status::not_found("no node " + node);
   if (it->second.state != "cordoned") return it->second;  // nothing to undo
+  KILN_RETURN_IF_ERROR(s.check_readmission(it->second));
   KILN_RETURN_IF_ERROR(s.set_node_state(node, NodeState::kReady, "uncordoned by " + caller.name));
   Status scheduled = s.schedule();
   if (!scheduled.ok()) s.log.warn("scheduling failed", {{"error", scheduled.to_string()}});

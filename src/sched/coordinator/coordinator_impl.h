@@ -77,7 +77,12 @@ struct NodeRuntime {
   int gpus = 0;
   // Under an external manager: the last report of the agent inside an allocation on this node.
   int64_t agent_mono_ns = 0;
+  std::string incarnation;  // of the agent that reported last (AgentReport::incarnation)
 };
+
+// A cordon the preflight gate made (and lifts when the node passes) starts with this.
+inline constexpr const char* kPreflightCordonPrefix = "preflight ";
+bool cordoned_by_preflight(const NodeRecord& node);
 
 struct Coordinator::Impl {
   CoordinatorOptions options;
@@ -132,6 +137,16 @@ struct Coordinator::Impl {
   NodeView node_view(const std::string& name, const NodeRecord& node);
   JobView job_view(const JobSpec& spec, const std::string& id,
                    const std::vector<std::string>& avoid) const;
+
+  // gate.cc
+  // With the gate on: the node passed preflight at the gate's level, within its validity, as
+  // answered by the agent that reports for it now.
+  bool preflight_admits(const std::string& name, const NodeRecord& node);
+  // "N node(s) await preflight (quick): a, b" for a waiting job's reason; empty if none.
+  std::string awaiting_preflight();
+  bool cordoned_for_faults(const NodeRecord& node) const;
+  // OK unless the node was cordoned after faults and has not passed `full` since.
+  Status check_readmission(const NodeRecord& node) const;
 
   // external.cc
   Status external_node(const ExternalNode& n, const std::string& manager);

@@ -10,6 +10,8 @@
 #include <kiln/base/clock.h>
 #include <kiln/sched/secret_box.h>
 
+#include <map>
+
 namespace kiln::sched {
 namespace {
 
@@ -48,6 +50,8 @@ class CoordinatorTest : public ::testing::Test {
     o.cordon_faults = 2;
     o.queues = queues_;
     o.preempt_grace_ms = 5000;
+    o.preflight_level = preflight_level_;
+    o.preflight_valid_ms = 60'000;
     KilnPolicyOptions policy;
     policy.preempt_min_runtime_s = 0;
     Result<std::unique_ptr<Coordinator>> c =
@@ -63,6 +67,9 @@ class CoordinatorTest : public ::testing::Test {
     r.node = name;
     r.labels = {{"rack", name == "local-0" || name == "local-1" ? "r0" : "r1"}};
     r.slots = 2;
+    r.incarnation = incarnations_[name];
+    // The gate asks agents at their endpoints (the tests hand in results instead).
+    if (!preflight_level_.empty()) r.address = "http://" + name + ":9400";
     return r;
   }
 
@@ -170,7 +177,31 @@ class CoordinatorTest : public ::testing::Test {
   std::unique_ptr<Coordinator> coordinator_;
   Caller admin_{"admin", "ops", true};
   std::vector<QueueSpec> queues_;
+  std::string preflight_level_;                      // the gate; set before SetUp
+  std::map<std::string, std::string> incarnations_;  // each node's agent, as it reports
 };
+
+// A preflight result as the gate's runner hands it in: every node in `fail` fails with one
+// stack finding, the others pass; each answered by the agent that reports for it now.
+preflight::PreflightReport preflight_of(const std::vector<std::string>& pass,
+                                        const std::vector<std::string>& fail,
+                                        const std::map<std::string, std::string>& agents) {
+  preflight::PreflightReport r;
+  for (const std::string& n : fail)
+    r.findings.push_back({n, "environment.OMP_NUM_THREADS", "2", "3", "majority", "stack"});
+  for (const auto* names : {&pass, &fail}) {
+    for (const std::string& n : *names) {
+      preflight::NodeVerdict v;
+      v.node = n;
+      v.verdict = names == &pass ? "pass" : "fail";
+      v.failures = names == &pass ? 0 : 1;
+      auto it = agents.find(n);
+      v.agent = it == agents.end() ? "" : it->second;
+      r.nodes.push_back(v);
+    }
+  }
+  return r;
+}
 
 TEST_F(CoordinatorTest, ASubmittedJobIsPlacedAsAGangAndRuns) {
   const std::string id = submit(spec());
@@ -392,10 +423,28 @@ TEST_F(CoordinatorTest, RepeatedFaultsCordonANodeAndUncordonReadmitsIt) {
   EXPECT_EQ(j.state, "restarting");
   Result<JobStatus> st = coordinator_->job(admin_, id);
   EXPECT_NE(st->waiting.find("cordoned"), std::string::npos) << st->waiting;
+  // Cordoned after faults: readmitted only once it passes the full preflight since.
+  Result<NodeRecord> refused = coordinator_->uncordon(admin_, where);
+  ASSERT_FALSE(refused.ok());
+  EXPECT_TRUE(refused.status().is_aborted()) << refused.status().to_string();
+  EXPECT_NE(refused.status().message().find("kiln preflight --nodes " + where + " --level full"),
+            std::string::npos)
+      << refused.status().message();
+  ASSERT_TRUE(coordinator_->record_preflight(preflight_of({where}, {}, {}), "quick").ok());
+  refused = coordinator_->uncordon(admin_, where);
+  ASSERT_FALSE(refused.ok()) << "a quick pass is not enough";
+  EXPECT_NE(refused.status().message().find("at level quick, passed"), std::string::npos)
+      << refused.status().message();
+  ASSERT_TRUE(coordinator_->record_preflight(preflight_of({}, {where}, {}), "full").ok());
+  EXPECT_FALSE(coordinator_->uncordon(admin_, where).ok()) << "a failed full is not enough";
+  ASSERT_TRUE(coordinator_->record_preflight(preflight_of({where}, {}, {}), "full").ok());
   Result<NodeRecord> back = coordinator_->uncordon(admin_, where);
-  ASSERT_TRUE(back.ok());
+  ASSERT_TRUE(back.ok()) << back.status().to_string();
   EXPECT_EQ(back->state, "ready");
   EXPECT_EQ(job(id).state, "placed");  // readmitted: the job runs there again
+  // A cordon by hand is lifted by hand, preflight or not.
+  ASSERT_TRUE(coordinator_->cordon(admin_, node(3), "disk swap").ok());
+  EXPECT_TRUE(coordinator_->uncordon(admin_, node(3)).ok());
 }
 
 TEST_F(CoordinatorTest, ARestartedCoordinatorKeepsJobsNodesAndEventsAndStopsNothing) {
@@ -568,6 +617,140 @@ TEST_F(CoordinatorTest, APreemptedJobWhoseRanksAllFinishInTheGraceSucceeds) {
   }
   coordinator_->tick();
   EXPECT_EQ(job(victim).state, "succeeded");
+}
+
+// --- the preflight gate ---------------------------------------------------------------------
+
+class GateTest : public CoordinatorTest {
+ protected:
+  void SetUp() override {
+    preflight_level_ = "quick";
+    for (int i = 0; i < 4; ++i)
+      incarnations_[node(i)] = "100" + std::to_string(i) + ".1";
+    CoordinatorTest::SetUp();
+  }
+  std::vector<std::string> due_names() {
+    std::vector<std::string> out;
+    for (const NodeRecord& n : coordinator_->preflight_due(30'000))
+      out.push_back(n.name);
+    return out;
+  }
+  NodeRecord node_record(const std::string& name) {
+    for (const NodeRecord& n : nodes())
+      if (n.name == name) return n;
+    return NodeRecord{};
+  }
+};
+
+TEST_F(GateTest, NoJobIsPlacedOnANodeBeforeItPassesAndTheJobSaysSo) {
+  const std::string id = submit(spec(2));
+  EXPECT_EQ(job(id).state, "queued");
+  Result<JobStatus> st = coordinator_->job(admin_, id);
+  EXPECT_NE(st->waiting.find("4 node(s) await preflight (quick): local-0, local-1, local-2, "
+                             "local-3"),
+            std::string::npos)
+      << st->waiting;
+  EXPECT_EQ(due_names(), (std::vector<std::string>{"local-0", "local-1", "local-2", "local-3"}));
+  ASSERT_TRUE(
+      coordinator_
+          ->record_preflight(preflight_of({"local-2", "local-3"}, {}, incarnations_), "quick")
+          .ok());
+  EXPECT_EQ(job(id).state, "placed");
+  EXPECT_EQ(job(id).nodes, (std::vector<std::string>{"local-2", "local-3"}));
+  EXPECT_EQ(due_names(), (std::vector<std::string>{"local-0", "local-1"}));
+  const NodeRecord n2 = node_record("local-2");
+  EXPECT_EQ(n2.preflight.level, "quick");
+  EXPECT_TRUE(n2.preflight.passed);
+  EXPECT_EQ(n2.preflight.checked_ns, clock_.wall_ns());
+}
+
+TEST_F(GateTest, AFailingNodeIsCordonedWithItsFindingsAndTheJobRunsOnTheConsistentOnes) {
+  ASSERT_TRUE(
+      coordinator_
+          ->record_preflight(
+              preflight_of({"local-0", "local-2", "local-3"}, {"local-1"}, incarnations_), "quick")
+          .ok());
+  const NodeRecord odd = node_record("local-1");
+  EXPECT_EQ(odd.state, "cordoned");
+  EXPECT_EQ(odd.reason,
+            "preflight quick: stack environment.OMP_NUM_THREADS: expected 2, found 3 (majority)");
+  EXPECT_FALSE(odd.preflight.passed);
+  EXPECT_EQ(odd.preflight.summary,
+            "stack environment.OMP_NUM_THREADS: expected 2, found 3 (majority)");
+  // A three-node job runs on the three consistent nodes, never across the odd one.
+  const std::string id = submit(spec(3));
+  EXPECT_EQ(job(id).state, "placed");
+  EXPECT_EQ(job(id).nodes, (std::vector<std::string>{"local-0", "local-2", "local-3"}));
+  // Failed: checked again only after the retry interval.
+  EXPECT_TRUE(due_names().empty());
+  clock_.advance_ns(31'000 * kMs);
+  for (int i = 0; i < 4; ++i)
+    report(node(i));
+  EXPECT_EQ(due_names(), (std::vector<std::string>{"local-1"}));
+  // Fixed: it passes and is ready again, with no fault held against it.
+  ASSERT_TRUE(
+      coordinator_->record_preflight(preflight_of({"local-1"}, {}, incarnations_), "quick").ok());
+  EXPECT_EQ(node_record("local-1").state, "ready");
+  EXPECT_EQ(node_record("local-1").reason, "");
+  // A cordon by an operator is not preflight's to lift.
+  ASSERT_TRUE(coordinator_->cordon(admin_, "local-1", "bad fan").ok());
+  ASSERT_TRUE(
+      coordinator_->record_preflight(preflight_of({"local-1"}, {}, incarnations_), "quick").ok());
+  EXPECT_EQ(node_record("local-1").state, "cordoned");
+  EXPECT_EQ(node_record("local-1").reason, "bad fan (by admin)");
+}
+
+TEST_F(GateTest, ARestartedAgentAndAnExpiredPassAreCheckedAgainBeforeAnyPlacement) {
+  ASSERT_TRUE(coordinator_
+                  ->record_preflight(
+                      preflight_of({"local-0", "local-1", "local-2", "local-3"}, {}, incarnations_),
+                      "quick")
+                  .ok());
+  EXPECT_TRUE(due_names().empty());
+  // local-0's agent restarts (perhaps another build): its pass was the old agent's.
+  incarnations_["local-0"] = "2000.2";
+  report("local-0");
+  EXPECT_EQ(due_names(), (std::vector<std::string>{"local-0"}));
+  const std::string id = submit(spec(4));
+  EXPECT_EQ(job(id).state, "queued");
+  Result<JobStatus> st = coordinator_->job(admin_, id);
+  EXPECT_NE(st->waiting.find("1 node(s) await preflight (quick): local-0"), std::string::npos)
+      << st->waiting;
+  ASSERT_TRUE(
+      coordinator_->record_preflight(preflight_of({"local-0"}, {}, incarnations_), "quick").ok());
+  EXPECT_EQ(job(id).state, "placed");
+  ASSERT_TRUE(coordinator_->cancel(admin_, id).ok());
+  // Nine tenths of the validity on: due again; past it, no new placement.
+  clock_.advance_ns(55'000 * kMs);
+  for (int i = 0; i < 4; ++i)
+    report(node(i));
+  EXPECT_EQ(due_names().size(), 4u);
+  clock_.advance_ns(10'000 * kMs);
+  const std::string next = submit(spec(1));
+  for (int i = 0; i < 4; ++i)
+    report(node(i));
+  coordinator_->tick();
+  EXPECT_EQ(job(next).state, "queued");
+  EXPECT_NE(coordinator_->job(admin_, next)->waiting.find("4 node(s) await preflight"),
+            std::string::npos)
+      << coordinator_->job(admin_, next)->waiting;
+}
+
+TEST_F(GateTest, ACoordinatorRestartKeepsResultsAndWaitsForTheAgentsToReport) {
+  ASSERT_TRUE(coordinator_
+                  ->record_preflight(
+                      preflight_of({"local-0", "local-1"}, {"local-2"}, incarnations_), "quick")
+                  .ok());
+  open();
+  EXPECT_EQ(node_record("local-2").state, "cordoned");
+  EXPECT_TRUE(node_record("local-0").preflight.passed);
+  // Which agent runs on a node is unknown until it reports: nothing is placed before.
+  const std::string id = submit(spec(1));
+  EXPECT_EQ(job(id).state, "queued");
+  report("local-1");
+  coordinator_->tick();
+  EXPECT_EQ(job(id).state, "placed");
+  EXPECT_EQ(job(id).nodes, (std::vector<std::string>{"local-1"}));
 }
 
 }  // namespace

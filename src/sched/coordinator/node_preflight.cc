@@ -3,20 +3,24 @@
 
 #include <algorithm>
 #include <charconv>
+#include <functional>
 #include <thread>
 #include <utility>
 
 #include <kiln/base/clock.h>
 #include <kiln/obs/http_client.h>
 
+#include "sched/agent/probe.h"
+
 namespace kiln::sched {
 namespace {
 
 constexpr size_t kAgentsAtOnce = 16;
 
-// GET /v1/facts of one node's agent; `*clock_offset_ms` set when the answer says its time.
+// GET /v1/facts of one node's agent; `*clock_offset_ms` set when the answer says its time, and
+// `*agent` to the incarnation of the agent that answered.
 Result<nlohmann::json> ask_agent(const NodeRecord& node, const std::string& node_token,
-                                 std::optional<int64_t>* clock_offset_ms) {
+                                 std::optional<int64_t>* clock_offset_ms, std::string* agent) {
   if (node.agent_address.rfind("http", 0) != 0) {
     return Status::unavailable("node " + node.name + " has no agent endpoint to ask" +
                                (node.state == "down" ? " (it is down)" : ""));
@@ -41,6 +45,7 @@ Result<nlohmann::json> ask_agent(const NodeRecord& node, const std::string& node
     return Status::unavailable("node " + node.name + "'s agent sent no kiln.facts/1 document");
   }
   for (const auto& [key, value] : r->headers) {
+    if (key == "X-Kiln-Agent") *agent = value.substr(0, 128);
     if (key != "X-Kiln-Wall-Ns") continue;
     int64_t node_ns = 0;
     const auto [ptr, ec] = std::from_chars(value.data(), value.data() + value.size(), node_ns);
@@ -55,7 +60,7 @@ Result<nlohmann::json> ask_agent(const NodeRecord& node, const std::string& node
 preflight::NodeFacts facts_of(const NodeRecord& node, const std::string& node_token) {
   preflight::NodeFacts out;
   out.node = node.name;
-  Result<nlohmann::json> facts = ask_agent(node, node_token, &out.clock_offset_ms);
+  Result<nlohmann::json> facts = ask_agent(node, node_token, &out.clock_offset_ms, &out.agent);
   if (facts.ok()) {
     out.facts = std::move(*facts);
   } else {
@@ -69,7 +74,8 @@ preflight::NodeFacts facts_of(const NodeRecord& node, const std::string& node_to
 preflight::PreflightReport preflight_nodes(const std::vector<NodeRecord>& nodes,
                                            const std::string& node_token,
                                            const preflight::Stack* lock,
-                                           const preflight::HealthThresholds& thresholds) {
+                                           const preflight::HealthThresholds& thresholds,
+                                           std::map<std::string, preflight::Stack>* stacks) {
   std::vector<preflight::NodeFacts> facts(nodes.size());
   for (size_t begin = 0; begin < nodes.size(); begin += kAgentsAtOnce) {
     std::vector<std::thread> askers;
@@ -79,7 +85,178 @@ preflight::PreflightReport preflight_nodes(const std::vector<NodeRecord>& nodes,
     for (std::thread& t : askers)
       t.join();
   }
-  return preflight::check_nodes(facts, lock, thresholds);
+  preflight::PreflightReport report = preflight::check_nodes(facts, lock, thresholds, stacks);
+  if (stacks != nullptr) {
+    for (const preflight::NodeFacts& f : facts)
+      if (f.facts) (*stacks)[f.node] = preflight::stack_of(*f.facts);
+  }
+  return report;
+}
+
+namespace {
+
+// POST /v1/probe on one node's agent; the answer waits for the probe (its timeout plus slack).
+Result<ProbeResult> run_probe(const NodeRecord& node, const std::string& node_token,
+                              const ProbeRequest& request) {
+  obs::HttpClientOptions o;
+  o.base_url = node.agent_address;
+  o.bearer_token = node_token;
+  o.connect_timeout_ms = 2000;
+  o.io_timeout_ms = static_cast<int>(request.timeout_ms + 10'000);
+  o.answer_bytes_max = kProbeOutputMax * 2;
+  KILN_ASSIGN_OR_RETURN(std::unique_ptr<obs::HttpClient> client, obs::HttpClient::create(o));
+  Result<obs::HttpResponse> r = client->post("/v1/probe", to_json(request).dump());
+  if (!r.ok()) return r.status().with_context("node " + node.name + "'s agent");
+  nlohmann::json body = nlohmann::json::parse(r->body, nullptr, false);
+  if (r->status != 200) {
+    return Status::unavailable(
+        "node " + node.name + "'s agent answered HTTP " + std::to_string(r->status) + " to its " +
+        request.check + " probe: " + (body.is_object() ? body.value("error", r->body) : r->body));
+  }
+  Result<ProbeResult> parsed = probe_result_from_json(body);
+  if (!parsed.ok()) return parsed.status().with_context("node " + node.name);
+  return parsed;
+}
+
+// The last non-empty line of a probe's error output: what a person needs of it.
+std::string last_line(const std::string& text) {
+  size_t end = text.find_last_not_of("\n ");
+  if (end == std::string::npos) return "(no output)";
+  const size_t begin = text.rfind('\n', end);
+  return text.substr(begin == std::string::npos ? 0 : begin + 1,
+                     end + 1 - (begin == std::string::npos ? 0 : begin + 1));
+}
+
+// Runs `request_of(i)` on every node at once (the link check needs every rank up together).
+std::vector<Result<ProbeResult>> probe_all(const std::vector<const NodeRecord*>& nodes,
+                                           const std::string& node_token,
+                                           const std::function<ProbeRequest(size_t)>& request_of) {
+  std::vector<Result<ProbeResult>> out(nodes.size(), Status::unavailable("not run"));
+  std::vector<std::thread> threads;
+  threads.reserve(nodes.size());
+  for (size_t i = 0; i < nodes.size(); ++i)
+    threads.emplace_back([&, i] { out[i] = run_probe(*nodes[i], node_token, request_of(i)); });
+  for (std::thread& t : threads)
+    t.join();
+  return out;
+}
+
+std::vector<preflight::Finding> link_findings(const std::vector<const NodeRecord*>& nodes,
+                                              const std::string& node_token,
+                                              const FullCheckOptions& o) {
+  std::vector<preflight::Finding> findings;
+  if (nodes.size() < 2) return findings;
+  const std::string run_id = "preflight-links-" + std::to_string(wall_now_ns());
+  std::vector<Result<ProbeResult>> results = probe_all(nodes, node_token, [&](size_t i) {
+    ProbeRequest r;
+    r.check = "links";
+    r.timeout_ms = o.probe_timeout_ms;
+    r.rank = static_cast<int>(i);
+    r.world = static_cast<int>(nodes.size());
+    r.store_address = o.store_address;
+    r.store_token = o.store_token;
+    r.run_id = run_id;
+    r.random_rounds = o.random_rounds;
+    r.seed = o.seed;
+    r.bytes = o.bytes;
+    r.iters = o.iters;
+    return r;
+  });
+  std::vector<std::string> names;
+  std::vector<preflight::LinkMeasurement> measured;
+  for (size_t i = 0; i < nodes.size(); ++i) {
+    names.push_back(nodes[i]->name);
+    const Result<ProbeResult>& r = results[i];
+    if (!r.ok() || r->exit_code != 0) {
+      findings.push_back({nodes[i]->name, "links.probe", "the link check completes",
+                          r.ok() ? last_line(r->err) : r.status().message(), "probe", "links"});
+      continue;
+    }
+    size_t start = 0;
+    while (start < r->out.size()) {
+      size_t end = r->out.find('\n', start);
+      if (end == std::string::npos) end = r->out.size();
+      nlohmann::json line =
+          nlohmann::json::parse(r->out.substr(start, end - start), nullptr, false);
+      start = end + 1;
+      if (!line.is_object() || !line.contains("gbps")) continue;
+      preflight::LinkMeasurement m;
+      m.a = line.value("a", -1);
+      m.b = line.value("b", -1);
+      m.gbps = line.value("gbps", 0.0);
+      m.latency_us = line.value("latency_us", 0.0);
+      if (m.a >= 0 && m.b >= 0 && static_cast<size_t>(std::max(m.a, m.b)) < nodes.size()) {
+        measured.push_back(m);
+      }
+    }
+  }
+  for (preflight::Finding& f : preflight::judge_links(names, measured, o.links))
+    findings.push_back(std::move(f));
+  return findings;
+}
+
+std::vector<preflight::Finding> ops_findings(const std::vector<const NodeRecord*>& nodes,
+                                             const std::string& node_token,
+                                             const FullCheckOptions& o) {
+  std::vector<preflight::Finding> findings;
+  if (o.isa.empty()) return findings;
+  std::vector<Result<ProbeResult>> results = probe_all(nodes, node_token, [&](size_t) {
+    ProbeRequest r;
+    r.check = "ops";
+    r.timeout_ms = o.probe_timeout_ms;
+    r.isa = o.isa;
+    return r;
+  });
+  for (size_t i = 0; i < nodes.size(); ++i) {
+    const std::string& node = nodes[i]->name;
+    const Result<ProbeResult>& r = results[i];
+    if (!r.ok()) {
+      findings.push_back(
+          {node, "ops.probe", "ops-check runs", r.status().message(), "probe", "ops"});
+      continue;
+    }
+    int wrong = 0;
+    size_t rows = 0;
+    size_t start = 0;
+    while (start < r->out.size()) {
+      size_t end = r->out.find('\n', start);
+      if (end == std::string::npos) end = r->out.size();
+      nlohmann::json row = nlohmann::json::parse(r->out.substr(start, end - start), nullptr, false);
+      start = end + 1;
+      if (!row.is_object() || !row.contains("ok")) continue;
+      ++rows;
+      if (row.value("ok", false) || ++wrong > 3) continue;  // the first three are enough
+      const nlohmann::json err = row.value("max_rel_err", nlohmann::json());
+      findings.push_back({node, "ops." + row.value("op", std::string("?")) + "." + o.isa,
+                          "relative error <= " + nlohmann::json(row.value("tolerance", 0.0)).dump(),
+                          (err.is_number() ? err.dump() : std::string("not finite")) + " at " +
+                              row.value("shape", std::string("?")),
+                          "reference", "ops"});
+    }
+    if (rows == 0) {
+      findings.push_back({node, "ops.path", "the " + o.isa + " kernels run",
+                          r->exit_code == 0 ? "no result" : last_line(r->err), "lock or majority",
+                          "ops"});
+    }
+  }
+  return findings;
+}
+
+}  // namespace
+
+void full_checks(const std::vector<NodeRecord>& nodes, const std::string& node_token,
+                 const FullCheckOptions& options, preflight::PreflightReport* report) {
+  // Only nodes whose facts came: the rest are unreachable already.
+  std::vector<const NodeRecord*> reachable;
+  for (const preflight::NodeVerdict& v : report->nodes) {
+    if (v.verdict == "unreachable") continue;
+    for (const NodeRecord& n : nodes)
+      if (n.name == v.node) reachable.push_back(&n);
+  }
+  std::vector<preflight::Finding> more = link_findings(reachable, node_token, options);
+  for (preflight::Finding& f : ops_findings(reachable, node_token, options))
+    more.push_back(std::move(f));
+  preflight::add_findings(report, std::move(more));
 }
 
 }  // namespace kiln::sched

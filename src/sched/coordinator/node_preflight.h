@@ -6,9 +6,11 @@
 #define KILN_SCHED_COORDINATOR_NODE_PREFLIGHT_H_
 
 #include <cstdint>
+#include <map>
 #include <string>
 #include <vector>
 
+#include <kiln/preflight/links.h>
 #include <kiln/preflight/report.h>
 #include <kiln/sched/state_store.h>
 
@@ -22,10 +24,34 @@ inline constexpr int64_t kFactsTimeoutMs = 5000;
 // Reads the facts of `nodes` from their agents, checks their stacks (a node without facts takes
 // no part in the majority; `lock` may be null) and their health, the clock offset included
 // (from the agent's X-Kiln-Wall-Ns header against the middle of the exchange).
-preflight::PreflightReport preflight_nodes(const std::vector<NodeRecord>& nodes,
-                                           const std::string& node_token,
-                                           const preflight::Stack* lock,
-                                           const preflight::HealthThresholds& thresholds = {});
+// `stacks` (may be null): the last stack of nodes checked before, which take part in the
+// majority; the stacks read now are added to it.
+preflight::PreflightReport preflight_nodes(
+    const std::vector<NodeRecord>& nodes, const std::string& node_token,
+    const preflight::Stack* lock, const preflight::HealthThresholds& thresholds = {},
+    std::map<std::string, preflight::Stack>* stacks = nullptr);
+
+// The full level's checks beyond stack and health, run through the agents' probes
+// (agent/probe.h) on the nodes whose facts came (the others are unreachable already).
+struct FullCheckOptions {
+  std::string store_address;  // the rendezvous store the link check's ranks meet at
+  std::string store_token;
+  preflight::LinkThresholds links;
+  int random_rounds = 1;
+  std::string bytes = "4M";
+  int iters = 3;
+  int64_t probe_timeout_ms = 60'000;
+  // The ISA whose kernels `ops-check` runs on each node: the lock's cpu.best_isa, else most
+  // nodes'. Empty: no operator check.
+  std::string isa;
+  uint64_t seed = 1;  // the random pairs of the link check
+};
+
+// Adds the link check's and the operator check's findings to `report` (verdicts recounted).
+// The link check's ranks are the nodes in `report`'s order; one that cannot take part is a
+// finding of its own ("links.probe").
+void full_checks(const std::vector<NodeRecord>& nodes, const std::string& node_token,
+                 const FullCheckOptions& options, preflight::PreflightReport* report);
 
 }  // namespace kiln::sched
 

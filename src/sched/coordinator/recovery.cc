@@ -386,6 +386,11 @@ NodeView Coordinator::Impl::node_view(const std::string& name, const NodeRecord&
   v.capacity.cpus = nrt.cpus;
   v.capacity.memory_bytes = nrt.memory_bytes;
   v.capacity.gpus = nrt.gpus;
+  // The gate: a node without a valid pass is not placeable (its state says nothing of that).
+  if ((v.state == NodeState::kReady || v.state == NodeState::kSuspect) &&
+      !preflight_admits(name, node)) {
+    v.state = NodeState::kCordoned;
+  }
   return v;
 }
 
@@ -500,9 +505,10 @@ Status Coordinator::Impl::schedule() {
   if (!any_waiting || snapshot.waiting.empty()) return Status();
   snapshot.team_usage = ledger.usage();
   Plan plan = policy->decide(snapshot);
+  const std::string awaiting = plan.waiting.empty() ? "" : awaiting_preflight();
   for (const auto& [id, w] : plan.waiting) {
     JobRuntime& rt = runtime[id];
-    rt.waiting = w.reason;
+    rt.waiting = awaiting.empty() ? w.reason : w.reason + "; " + awaiting;
     rt.waiting_kind = w.kind;
     rt.queue_position = w.position;
   }

@@ -66,6 +66,7 @@ Status Coordinator::Impl::register_node(const AgentReport& report, bool* changed
   nrt.memory_bytes = report.memory_bytes;
   nrt.gpus = report.gpus;
   nrt.reported = true;
+  nrt.incarnation = report.incarnation;
   auto it = nodes.find(report.node);
   if (it == nodes.end()) {
     NodeRecord node;

@@ -1,7 +1,7 @@
 // Running a short command-line tool (sbatch, squeue, sinfo, scontrol, scancel) and reading what it
 // printed, with a deadline and a bound on the output: a hung slurmctld or a tool that prints
 // without end costs the caller at most timeout_ms and output_max bytes, never the coordinator.
-// Private to src/sched/slurm/.
+// Private to src/sched/ (the Slurm executor; the node agent's preflight probes, agent/probe.h).
 #ifndef KILN_SCHED_SLURM_COMMAND_H_
 #define KILN_SCHED_SLURM_COMMAND_H_
 

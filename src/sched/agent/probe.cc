@@ -1,0 +1,125 @@
+// Probe requests and results (probe.h).
+#include "sched/agent/probe.h"
+
+#include <kiln/launch/rank_env.h>
+
+namespace kiln::sched {
+namespace {
+
+template <typename T>
+Result<T> field(const nlohmann::json& j, const char* key) {
+  auto it = j.find(key);
+  if (it == j.end())
+    return Status::invalid_argument(std::string("probe: field '") + key + "' is missing");
+  try {
+    return it->get<T>();
+  } catch (const nlohmann::json::exception&) {
+    return Status::invalid_argument(std::string("probe: field '") + key + "' has the wrong type");
+  }
+}
+
+std::string tail(const std::string& s, size_t max) {
+  return s.size() <= max ? s : s.substr(s.size() - max);
+}
+
+}  // namespace
+
+nlohmann::json to_json(const ProbeRequest& r) {
+  return {{"check", r.check},
+          {"timeout_ms", r.timeout_ms},
+          {"rank", r.rank},
+          {"world", r.world},
+          {"store_address", r.store_address},
+          {"store_token", r.store_token},
+          {"run_id", r.run_id},
+          {"random_rounds", r.random_rounds},
+          {"seed", r.seed},
+          {"bytes", r.bytes},
+          {"iters", r.iters},
+          {"isa", r.isa}};
+}
+
+Result<ProbeRequest> probe_request_from_json(const nlohmann::json& j) {
+  if (!j.is_object()) return Status::invalid_argument("probe: the request is not a JSON object");
+  ProbeRequest r;
+  KILN_ASSIGN_OR_RETURN(r.check, field<std::string>(j, "check"));
+  KILN_ASSIGN_OR_RETURN(r.timeout_ms, field<int64_t>(j, "timeout_ms"));
+  if (r.timeout_ms < 100 || r.timeout_ms > kProbeTimeoutMsMax) {
+    return Status::invalid_argument("probe: timeout_ms " + std::to_string(r.timeout_ms) +
+                                    " is outside 100.." + std::to_string(kProbeTimeoutMsMax));
+  }
+  if (r.check == "ops") {
+    KILN_ASSIGN_OR_RETURN(r.isa, field<std::string>(j, "isa"));
+    if (r.isa != "scalar" && r.isa != "avx2" && r.isa != "avx512") {
+      return Status::invalid_argument("probe: isa '" + r.isa + "': scalar, avx2 or avx512");
+    }
+    return r;
+  }
+  if (r.check != "links") {
+    return Status::invalid_argument("probe: check '" + r.check + "': links or ops");
+  }
+  KILN_ASSIGN_OR_RETURN(r.rank, field<int>(j, "rank"));
+  KILN_ASSIGN_OR_RETURN(r.world, field<int>(j, "world"));
+  if (r.world < 2 || r.world > 4096 || r.rank < 0 || r.rank >= r.world) {
+    return Status::invalid_argument("probe: rank " + std::to_string(r.rank) + " of world " +
+                                    std::to_string(r.world));
+  }
+  KILN_ASSIGN_OR_RETURN(r.store_address, field<std::string>(j, "store_address"));
+  KILN_ASSIGN_OR_RETURN(r.store_token, field<std::string>(j, "store_token"));
+  KILN_ASSIGN_OR_RETURN(r.run_id, field<std::string>(j, "run_id"));
+  KILN_RETURN_IF_ERROR(launch::check_job_id(r.run_id, "probe: run_id"));
+  KILN_ASSIGN_OR_RETURN(r.random_rounds, field<int>(j, "random_rounds"));
+  KILN_ASSIGN_OR_RETURN(r.seed, field<uint64_t>(j, "seed"));
+  KILN_ASSIGN_OR_RETURN(r.bytes, field<std::string>(j, "bytes"));
+  KILN_ASSIGN_OR_RETURN(r.iters, field<int>(j, "iters"));
+  if (r.random_rounds < 0 || r.random_rounds > 16 || r.iters < 1 || r.iters > 100 ||
+      r.bytes.empty() || r.bytes.size() > 16) {
+    return Status::invalid_argument("probe: random_rounds, iters or bytes out of range");
+  }
+  return r;
+}
+
+nlohmann::json to_json(const ProbeResult& r) {
+  return {{"exit_code", r.exit_code},
+          {"out", tail(r.out, kProbeOutputMax)},
+          {"err", tail(r.err, 4096)}};
+}
+
+Result<ProbeResult> probe_result_from_json(const nlohmann::json& j) {
+  if (!j.is_object()) return Status::invalid_argument("probe: the answer is not a JSON object");
+  ProbeResult r;
+  KILN_ASSIGN_OR_RETURN(r.exit_code, field<int>(j, "exit_code"));
+  KILN_ASSIGN_OR_RETURN(r.out, field<std::string>(j, "out"));
+  KILN_ASSIGN_OR_RETURN(r.err, field<std::string>(j, "err"));
+  return r;
+}
+
+slurm::CommandSpec probe_command(const ProbeRequest& r, const std::string& kiln_binary,
+                                 const std::string& node_name, const std::string& rank_address) {
+  slurm::CommandSpec spec;
+  spec.timeout_ms = r.timeout_ms;
+  spec.output_max = kProbeOutputMax * 4;
+  if (r.check == "ops") {
+    spec.argv = {kiln_binary, "ops-check", "--json", "--isa", r.isa};
+    return spec;
+  }
+  // The link check's own deadline comes first, so that a dead link is reported by the check
+  // (naming the peer) rather than by the agent's kill.
+  const int64_t comm_timeout_ms = std::max<int64_t>(100, r.timeout_ms * 2 / 3);
+  spec.argv = {kiln_binary,       "link-check",
+               "--random-rounds", std::to_string(r.random_rounds),
+               "--seed",          std::to_string(r.seed),
+               "--bytes",         r.bytes,
+               "--iters",         std::to_string(r.iters),
+               "--timeout-ms",    std::to_string(comm_timeout_ms)};
+  spec.env = {{"KILN_RANK", std::to_string(r.rank)},
+              {"KILN_WORLD_SIZE", std::to_string(r.world)},
+              {"KILN_STORE_ADDR", r.store_address},
+              {"KILN_JOB_TOKEN", r.store_token},
+              {"KILN_JOB_ID", r.run_id},
+              {"KILN_HOST", node_name}};
+  if (!rank_address.empty()) spec.env.emplace_back("KILN_COMM_ADDR", rank_address);
+  return spec;
+}
+
+}  // namespace kiln::sched

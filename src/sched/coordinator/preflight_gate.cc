@@ -1,0 +1,114 @@
+// The coordinator's preflight runner (kiln/sched/preflight_gate.h).
+#include <kiln/sched/preflight_gate.h>
+
+#include <algorithm>
+#include <chrono>
+#include <utility>
+
+#include <kiln/base/clock.h>
+
+#include "sched/coordinator/node_preflight.h"
+
+namespace kiln::sched {
+
+PreflightGate::PreflightGate(PreflightGateOptions options, Coordinator* coordinator, Logger log)
+    : options_(std::move(options)), coordinator_(coordinator), log_(std::move(log)) {}
+
+PreflightGate::~PreflightGate() {
+  stop();
+}
+
+void PreflightGate::start() {
+  if (loop_.joinable()) return;
+  loop_ = std::thread([this] {
+    std::unique_lock<std::mutex> lock(loop_mu_);
+    while (!stopping_) {
+      lock.unlock();
+      Result<size_t> checked = check_due();
+      if (!checked.ok() && !checked.status().is_unavailable()) {
+        log_.warn("preflight of due nodes failed", {{"error", checked.status().to_string()}});
+      }
+      lock.lock();
+      loop_wake_.wait_for(lock, std::chrono::milliseconds(options_.interval_ms),
+                          [this] { return stopping_; });
+    }
+  });
+}
+
+void PreflightGate::stop() {
+  {
+    std::lock_guard<std::mutex> lock(loop_mu_);
+    stopping_ = true;
+  }
+  loop_wake_.notify_all();
+  if (loop_.joinable()) loop_.join();
+}
+
+Result<preflight::PreflightReport> PreflightGate::check(const std::vector<NodeRecord>& nodes,
+                                                        const std::string& level) {
+  std::unique_lock<std::mutex> lock(run_mu_, std::try_to_lock);
+  if (!lock.owns_lock()) {
+    return Status::unavailable("another preflight is running; try again when it has answered");
+  }
+  return check_locked(nodes, level);
+}
+
+Result<size_t> PreflightGate::check_due() {
+  std::unique_lock<std::mutex> lock(run_mu_, std::try_to_lock);
+  if (!lock.owns_lock()) return Status::unavailable("a preflight is running");
+  std::vector<NodeRecord> due = coordinator_->preflight_due(options_.retry_ms);
+  if (due.size() > kPreflightNodesMax) due.resize(kPreflightNodesMax);  // the rest next round
+  if (due.empty()) return size_t{0};
+  KILN_ASSIGN_OR_RETURN(preflight::PreflightReport report, check_locked(due, options_.level));
+  return due.size();
+}
+
+// The ISA the operators should dispatch to: the lock's, else the one most checked nodes have.
+std::string PreflightGate::expected_isa() const {
+  constexpr const char* kPath = "cpu.best_isa";
+  if (options_.lock != nullptr) {
+    auto it = options_.lock->find(kPath);
+    if (it != options_.lock->end()) return it->second;
+  }
+  std::map<std::string, size_t> votes;
+  for (const auto& [node, stack] : stacks_) {
+    auto it = stack.find(kPath);
+    if (it != stack.end()) ++votes[it->second];
+  }
+  std::string best;
+  size_t most = 0;
+  for (const auto& [isa, n] : votes) {
+    if (n > most) best = isa, most = n;
+  }
+  return best;
+}
+
+Result<preflight::PreflightReport> PreflightGate::check_locked(const std::vector<NodeRecord>& nodes,
+                                                               const std::string& level) {
+  if (level != "quick" && level != "full") {
+    return Status::invalid_argument("preflight level '" + level + "': quick or full");
+  }
+  if (nodes.size() > kPreflightNodesMax) {
+    return Status::invalid_argument("preflight checks at most " +
+                                    std::to_string(kPreflightNodesMax) + " nodes at once");
+  }
+  preflight::PreflightReport report = preflight_nodes(
+      nodes, options_.node_token, options_.lock.get(), options_.thresholds, &stacks_);
+  if (level == "full") {
+    FullCheckOptions full;
+    full.store_address = options_.store_address;
+    full.store_token = options_.store_token;
+    full.links = options_.links;
+    full.bytes = options_.link_bytes;
+    full.iters = options_.link_iters;
+    full.random_rounds = options_.link_random_rounds;
+    full.probe_timeout_ms = options_.probe_timeout_ms;
+    full.seed = static_cast<uint64_t>(wall_now_ns());
+    full.isa = expected_isa();
+    full_checks(nodes, options_.node_token, full, &report);
+  }
+  KILN_RETURN_IF_ERROR(coordinator_->record_preflight(report, level));
+  return report;
+}
+
+}  // namespace kiln::sched
