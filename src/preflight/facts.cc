@@ -259,10 +259,14 @@ nlohmann::ordered_json collect_node_facts() {
   facts["gemm"] = gemm_facts();
   facts["memory"] = memory_facts();
   facts["kernel_params"] = kernel_param_facts();
+  // The GPU probe first: it dlopens the CUDA libraries (which stay loaded), and the loaded
+  // shared objects read after it are then the same on a process's first collection as on its
+  // hundredth (an agent's first facts must equal a long-running agent's on the same node).
+  Json gpu = gpu_facts();
   Json shared_objects = shared_object_facts();
   facts["libraries"] = library_facts(shared_objects);
   facts["shared_objects"] = std::move(shared_objects);
-  facts["gpu"] = gpu_facts();
+  facts["gpu"] = std::move(gpu);
   facts["environment"] = environment_facts(environ);
   return facts;
 }

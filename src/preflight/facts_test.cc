@@ -1,9 +1,12 @@
 #include <kiln/base/build_info.h>
 #include <kiln/preflight/facts.h>
+#include <kiln/preflight/stack.h>
 
 #include <gtest/gtest.h>
 #include <sys/utsname.h>
 
+#include <cstdio>
+#include <cstdlib>
 #include <fstream>
 #include <thread>
 
@@ -45,6 +48,27 @@ TEST(FactsTest, GpuFieldsAreNullWithoutADriver) {
   EXPECT_TRUE(gpu["driver_version"].is_null());
   EXPECT_TRUE(gpu.contains("cuda_runtime_version"));
   EXPECT_TRUE(gpu.contains("devices"));
+}
+
+// A node agent's first facts must equal those it gives later: the gate compares a freshly
+// started agent with long-running ones. The child re-runs this test alone, so its first
+// collection is the process's first (before the GPU probe has loaded anything).
+TEST(FactsDeathTest, AFreshProcessGivesTheSameStackFirstAndLater) {
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
+  EXPECT_EXIT(
+      {
+        const Stack first = stack_of(nlohmann::json::parse(collect_node_facts().dump()));
+        const Stack second = stack_of(nlohmann::json::parse(collect_node_facts().dump()));
+        for (const auto& [path, value] : second) {
+          auto it = first.find(path);
+          if (it == first.end() || it->second != value) {
+            std::fprintf(stderr, "%s: first %s, then %s\n", path.c_str(),
+                         it == first.end() ? "(absent)" : it->second.c_str(), value.c_str());
+          }
+        }
+        std::_Exit(first == second ? 0 : 1);
+      },
+      ::testing::ExitedWithCode(0), "");
 }
 
 }  // namespace

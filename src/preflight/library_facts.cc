@@ -22,6 +22,9 @@ int collect_object(dl_phdr_info* info, size_t /*size*/, void* data) {
   const std::string name = info->dlpi_name == nullptr ? "" : info->dlpi_name;
   if (name.empty() || name.find("linux-vdso") != std::string::npos) return 0;
   const std::string base = name.substr(name.rfind('/') + 1);
+  // Name-service modules load on a process's first host or user lookup: whether they are there
+  // says what the process did, not what the node runs.
+  if (base.rfind("libnss_", 0) == 0 || base.rfind("libresolv", 0) == 0) return 0;
   char resolved[PATH_MAX];
   if (realpath(name.c_str(), resolved) != nullptr) {
     (*out)[base] = resolved;
