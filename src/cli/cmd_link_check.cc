@@ -4,7 +4,8 @@
 // share a host. Prints one JSON line per pair this rank leads,
 //   {"a": 0, "b": 1, "gbps": 9.4, "latency_us": 31.0}
 // then {"done": true, "rank": R, "pairs": K}. Exits 1 when a link fails (the error names the
-// peer), 2 on bad flags or environment.
+// peer), 2 on bad flags or environment. `--plan N` prints the plan's size for N nodes instead
+// ({"nodes", "rounds", "pairs", "all_pairs"}; bench/preflight/run's cost model).
 #include <iostream>
 
 #include <nlohmann/json.hpp>
@@ -25,11 +26,22 @@ struct LinkCheckFlags {
   std::string bytes = "4M";
   int iters = 3;
   int64_t timeout_ms = 20'000;
+  int plan = 0;  // > 0: print the plan's cost for this many nodes and exit
 };
 
 int run_link_check(const LinkCheckFlags& f, const GlobalOptions& g) {
   std::shared_ptr<LogSink> sink = open_log_sink(g);
   if (!sink) return kExitBadInput;
+  if (f.plan > 0) {
+    const preflight::LinkCheckCost c = preflight::link_check_cost(f.plan, f.random_rounds, 1.0);
+    std::cout << nlohmann::json{{"nodes", f.plan},
+                                {"rounds", c.rounds},
+                                {"pairs", c.pairs},
+                                {"all_pairs", c.all_pairs}}
+                     .dump()
+              << std::endl;
+    return kExitOk;
+  }
   Result<size_t> bytes = parse_bytes(f.bytes);
   if (!bytes.ok() || *bytes == 0 || *bytes > (size_t{256} << 20)) {
     return report_error("link-check",
@@ -99,6 +111,9 @@ Command add_link_check_command(CLI::App& parent) {
   app->add_option("--timeout-ms", f->timeout_ms, "deadline of setup and of every send")
       ->capture_default_str()
       ->check(CLI::Range(int64_t{100}, int64_t{600'000}));
+  app->add_option("--plan", f->plan,
+                  "print the rounds and pairs of the check on this many nodes, and exit")
+      ->check(CLI::Range(2, 100000));
   return {app, [f](const GlobalOptions& g) { return run_link_check(*f, g); }};
 }
 

@@ -13,6 +13,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cstdio>
 #include <iomanip>
 #include <iostream>
 #include <optional>
@@ -121,11 +122,21 @@ int print_preflight(const nlohmann::json& result, bool json) {
   bool all_pass = true;
   for (const nlohmann::json& n : nodes)
     all_pass = all_pass && text(n, "verdict") == "pass";
+  const nlohmann::json links = result.value("links", nlohmann::json::array());
   if (json) {
     for (const nlohmann::json& f : findings)
       std::cout << f.dump() << "\n";
     for (const nlohmann::json& n : nodes)
       std::cout << n.dump() << "\n";
+    for (const nlohmann::json& l : links)
+      std::cout << l.dump() << "\n";
+    // Last, where the time went (through the coordinator): {"seconds": {facts, links, ops}}.
+    if (result.contains("seconds")) {
+      std::cout << nlohmann::json{{"level", result.value("level", "quick")},
+                                  {"seconds", result["seconds"]}}
+                       .dump()
+                << "\n";
+    }
     return all_pass ? kExitOk : kExitFailure;
   }
   size_t width = 4;
@@ -149,6 +160,18 @@ int print_preflight(const nlohmann::json& result, bool json) {
                 << "  " << text(f, "path") << ": expected " << text(f, "expected") << " ("
                 << text(f, "against") << "), found " << text(f, "found") << "\n";
     }
+  }
+  if (!links.empty()) {
+    std::vector<double> gbps;
+    for (const nlohmann::json& l : links)
+      gbps.push_back(l.value("gbps", 0.0));
+    std::sort(gbps.begin(), gbps.end());
+    char line[160];
+    std::snprintf(
+        line, sizeof(line),
+        "links: %zu pairs measured, %.3g to %.3g Gbit/s, median %.3g (--json lists them)\n",
+        gbps.size(), gbps.front(), gbps.back(), gbps[gbps.size() / 2]);
+    std::cout << line;
   }
   return all_pass ? kExitOk : kExitFailure;
 }

@@ -94,7 +94,15 @@ nlohmann::json report_json(const PreflightReport& report) {
     if (!n.error.empty()) j["error"] = n.error;
     nodes.push_back(std::move(j));
   }
-  return {{"findings", std::move(findings)}, {"nodes", std::move(nodes)}};
+  nlohmann::json links = nlohmann::json::array();
+  for (const LinkFigure& l : report.links) {
+    links.push_back({{"a", l.a}, {"b", l.b}, {"gbps", l.gbps}, {"latency_us", l.latency_us}});
+  }
+  return {
+      {"findings", std::move(findings)},
+      {"nodes", std::move(nodes)},
+      {"links", std::move(links)},
+      {"seconds", {{"facts", report.facts_s}, {"links", report.links_s}, {"ops", report.ops_s}}}};
 }
 
 }  // namespace kiln::preflight

@@ -22,8 +22,8 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "lib"))
 sys.path.insert(0, HERE)
 from fakehosts import CONTROLLER, FakeHosts  # noqa: E402
-from kiln_cluster import Cluster  # noqa: E402
-from kiln_test import KILN_BIN, skip_unless_ci, stop_processes, wait_until  # noqa: E402
+from kiln_cluster import Cluster, start_netns_agent  # noqa: E402
+from kiln_test import skip_unless_ci, stop_processes, wait_until  # noqa: E402
 from recovery_test import CONFIG, TRAIN_DIR, VAL_DIR, step_lines  # noqa: E402
 
 HOSTS = 3
@@ -78,21 +78,8 @@ class NetnsAgentsTest(unittest.TestCase):
         self.addCleanup(lambda: stop_processes(list(self.agents)))
 
     def start_agent(self, cluster, i):
-        """`kiln agent --join` in host i's namespace, node name h<i>, its ranks advertising the
-        address of the namespace's veth0 for TCP and serving their logs on it."""
-        work = os.path.join(cluster.state, "nodes", f"h{i}")
-        os.makedirs(work, exist_ok=True)
-        out = open(os.path.join(work, "agent.out"), "w")
-        proc = self.hosts.popen(
-            i, [KILN_BIN, "--log-file", os.path.join(work, "agent.log"), "agent", "--join",
-                cluster.url, "--node-name", f"h{i}", "--rank-address", "veth0", "--slots", "2",
-                # where the coordinator reads the ranks' logs from (kiln logs)
-                "--logs-bind", self.hosts.addr(i),
-                "--work-dir", work, "--node-token-file", os.path.join(cluster.state, "node.token"),
-                "--labels", "rack=r1,switch=s1"],
-            stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
-        out.close()
-        self.agents.append(proc)
+        self.agents.append(start_netns_agent(self.hosts, cluster, i,
+                                             ["--slots", "2", "--labels", "rack=r1,switch=s1"]))
 
     def node(self, cluster, name):
         return next((n for n in cluster.node_list() if n["name"] == name), None)

@@ -12,7 +12,6 @@ link is a veth at memory speed.
 """
 import json
 import os
-import subprocess
 import sys
 import time
 import unittest
@@ -21,8 +20,8 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "lib"))
 sys.path.insert(0, HERE)
 from fakehosts import CONTROLLER, FakeHosts  # noqa: E402
-from kiln_cluster import Cluster  # noqa: E402
-from kiln_test import KILN_BIN, stop_processes, wait_until  # noqa: E402
+from kiln_cluster import Cluster, start_netns_agent  # noqa: E402
+from kiln_test import stop_processes, wait_until  # noqa: E402
 from netns_agents_test import fake_hosts_available  # noqa: E402
 
 HOSTS = 4
@@ -40,18 +39,6 @@ class PreflightLinksTest(unittest.TestCase):
         self.agents = []
         self.addCleanup(lambda: stop_processes(list(self.agents)))
 
-    def start_agent(self, cluster, i):
-        work = os.path.join(cluster.state, "nodes", f"h{i}")
-        os.makedirs(work, exist_ok=True)
-        out = open(os.path.join(work, "agent.out"), "w")
-        self.agents.append(self.hosts.popen(
-            i, [KILN_BIN, "--log-file", os.path.join(work, "agent.log"), "agent", "--join",
-                cluster.url, "--node-name", f"h{i}", "--rank-address", "veth0",
-                "--logs-bind", self.hosts.addr(i), "--work-dir", work,
-                "--node-token-file", os.path.join(cluster.state, "node.token")],
-            stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL))
-        out.close()
-
     def preflight(self, cluster, level):
         t0 = time.monotonic()
         r = cluster.kiln("preflight", "--level", level, "--json", timeout=180)
@@ -59,6 +46,7 @@ class PreflightLinksTest(unittest.TestCase):
         lines = [json.loads(x) for x in r.stdout.splitlines() if x.strip()]
         findings = [x for x in lines if "path" in x]
         verdicts = {x["node"]: x["verdict"] for x in lines if "verdict" in x}
+        self.links = {(x["a"], x["b"]): x for x in lines if "gbps" in x}
         return r, findings, verdicts, took
 
     def node(self, cluster, name):
@@ -71,7 +59,7 @@ class PreflightLinksTest(unittest.TestCase):
         cluster.start(wait_nodes=False)
         self.addCleanup(cluster.close)
         for i in range(1, HOSTS + 1):
-            self.start_agent(cluster, i)
+            self.agents.append(start_netns_agent(self.hosts, cluster, i))
         wait_until(lambda: len([n for n in cluster.node_list()
                                 if (n.get("preflight") or {}).get("passed")]) == HOSTS,
                    60, "four agents to join and pass the gate's quick check")
@@ -91,6 +79,11 @@ class PreflightLinksTest(unittest.TestCase):
                          [("h2", "links", "links.h2~h3.gbps"), ("h3", "links", "links.h2~h3.gbps")])
         slow = float(findings[0]["found"])
         self.assertLess(slow, 0.25, findings)  # 200 mbit/s is 0.2 Gbit/s
+        # The matrix: every node met at least two peers; h2~h3 is the measured slow pair.
+        self.assertGreaterEqual(len(self.links), 4, self.links)
+        self.assertLess(self.links[("h2", "h3")]["gbps"], 0.25, self.links)
+        for name in ("h1", "h2", "h3", "h4"):
+            self.assertGreaterEqual(len({p for p in self.links if name in p}), 2, (name, self.links))
         # The gate cordons both ends with the finding; the others stay ready.
         for name in ("h2", "h3"):
             n = self.node(cluster, name)

@@ -197,7 +197,7 @@ class RecoveryTest(unittest.TestCase):
             placed = [e for e in cluster.events(job) if e["type"] == "placed"]
             self.assertIn("shrunk from 2", placed[-1]["why"])
 
-    def test_repeated_faults_cordon_a_node_and_uncordon_readmits_it(self):
+    def test_repeated_faults_cordon_a_node_and_only_a_full_preflight_readmits_it(self):
         with Cluster(extra=("--cordon-after", "2")) as cluster:
             # Only local-0 and local-1 take work, so both attempts run on them.
             for name in ("local-2", "local-3"):
@@ -214,6 +214,13 @@ class RecoveryTest(unittest.TestCase):
                 lambda: [n for n in cluster.node_list()
                          if n["name"] == node and n["state"] == "cordoned"], 30, "the cordon")
             self.assertIn("2 faults within", cordoned[0]["reason"])
+            # Readmitted only after a full preflight since the cordon (issue 15).
+            r = cluster.kiln("uncordon", node)
+            self.assertNotEqual(r.returncode, 0)
+            self.assertIn(f"kiln preflight --nodes {node} --level full", r.stderr)
+            r = cluster.kiln("preflight", "--nodes", node, "--level", "full", timeout=180)
+            self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
+            self.assertIn("links:", r.stdout)  # with ready nodes as its link partners
             r = cluster.kiln("uncordon", node)
             self.assertEqual(r.returncode, 0, r.stderr)
             nodes = {n["name"]: n for n in cluster.node_list()}

@@ -42,13 +42,16 @@ def is_kiln(pid):
 
 class Cluster:
     def __init__(self, nodes=4, slots=2, extra=(), state_dir=None, token=None, ca_cert=None,
-                 executor="local", env=None, local_nodes=None, bind=None, wrap=None):
+                 executor="local", env=None, local_nodes=None, bind=None, wrap=None, kiln=None):
         """`executor`: "local" starts `nodes` agents on this host; "slurm" starts none (the
         nodes are Slurm's, `env` carries SLURM_CONF) and waits for `nodes` of them.
         `local_nodes`: with the local executor, how many of the `nodes` `kiln serve` starts
         itself (default all; 0 when the test starts its agents with `kiln agent --join`).
         `bind`: the API address (default 127.0.0.1). `wrap`: argv -> argv for every process this
-        class starts, the coordinator and its clients (a fake host's namespace: fakehosts.py)."""
+        class starts, the coordinator and its clients (a fake host's namespace: fakehosts.py).
+        `kiln`: the binary `kiln serve` runs (default KILN_BIN; `kiln_path` may change it between
+        a stop and a start: an upgrade); clients always run KILN_BIN."""
+        self.kiln_path = kiln or KILN_BIN
         self.nodes = nodes
         self.local_nodes = nodes if local_nodes is None else local_nodes
         self.bind = bind or "127.0.0.1"
@@ -70,7 +73,7 @@ class Cluster:
     def start(self, wait_nodes=True):
         log = open(os.path.join(self.tmp.name, "serve.err"), "a")
         self.proc = subprocess.Popen(
-            self.wrap([KILN_BIN, "--log-file", os.path.join(self.tmp.name, "serve.log"), "serve",
+            self.wrap([self.kiln_path, "--log-file", os.path.join(self.tmp.name, "serve.log"), "serve",
                        "--state-dir", self.state, "--port", str(self.port), "--bind", self.bind,
                        "--local-nodes", str(self.local_nodes if self.executor == "local" else 0),
                        "--executor", self.executor, "--slots-per-node", str(self.slots), "--json",
@@ -238,3 +241,18 @@ class Cluster:
 
     def rank_pids_all(self):
         return [r["pid"] for r in self.agent_logs() if r.get("msg") == "rank started"]
+
+
+def start_netns_agent(hosts, cluster, i, extra=(), kiln=None):
+    """`kiln agent --join` in fake host i's namespace (fakehosts.py), node name h<i>, its ranks
+    advertising the address of the namespace's veth0 for TCP and its endpoint (rank logs, facts,
+    probes) on that address. Returns the Popen; the caller stops it."""
+    work = os.path.join(cluster.state, "nodes", f"h{i}")
+    os.makedirs(work, exist_ok=True)
+    with open(os.path.join(work, "agent.out"), "a") as out:
+        return hosts.popen(
+            i, [kiln or KILN_BIN, "--log-file", os.path.join(work, "agent.log"), "agent",
+                "--join", cluster.url, "--node-name", f"h{i}", "--rank-address", "veth0",
+                "--logs-bind", hosts.addr(i), "--work-dir", work,
+                "--node-token-file", os.path.join(cluster.state, "node.token"), *extra],
+            stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)

@@ -35,9 +35,23 @@ struct NodeVerdict {
   std::string error;
 };
 
+// One measured link of the full level's link matrix (links.h), by node name.
+struct LinkFigure {
+  std::string a;
+  std::string b;
+  double gbps = 0;
+  double latency_us = 0;
+};
+
 struct PreflightReport {
   std::vector<Finding> findings;   // the stack's (sorted by node, path), then health's by node
   std::vector<NodeVerdict> nodes;  // in the order given
+  std::vector<LinkFigure> links;   // the full level's link matrix; empty at quick
+  // Where the time went, in seconds (0: not run): reading the facts, the link check, the
+  // operator check. In the answer as "seconds": {facts, links, ops}.
+  double facts_s = 0;
+  double links_s = 0;
+  double ops_s = 0;
 };
 
 // Checks the nodes; a node without facts takes no part in the majority. `lock` may be null.
@@ -56,7 +70,8 @@ std::string summarize(const PreflightReport& report, const std::string& node,
                       size_t bytes_max = 400);
 
 // {"findings": [{node, check, path, expected, found, against}], "nodes": [{node, verdict,
-// failures, checked[, error]}]}: the API's answer and `kiln preflight --json`'s lines.
+// failures, checked[, error]}], "links": [{a, b, gbps, latency_us}]}: the API's answer and
+// `kiln preflight --json`'s lines.
 nlohmann::json report_json(const PreflightReport& report);
 
 }  // namespace kiln::preflight

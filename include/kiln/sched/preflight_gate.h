@@ -57,7 +57,8 @@ class PreflightGate {
   void start();  // the loop, on a thread of its own
   void stop();
 
-  // Checks `nodes` (at most kPreflightNodesMax) at `level` now and records the results.
+  // Checks `nodes` (at most kPreflightNodesMax) at `level` now and records the results. At
+  // full, fewer than three nodes take ready nodes along as link partners (in the report too).
   // kUnavailable when another check is running; kInvalidArgument for an unknown level.
   Result<preflight::PreflightReport> check(const std::vector<NodeRecord>& nodes,
                                            const std::string& level);
@@ -70,6 +71,7 @@ class PreflightGate {
   Result<preflight::PreflightReport> check_locked(const std::vector<NodeRecord>& nodes,
                                                   const std::string& level);
   std::string expected_isa() const;  // REQUIRES: run_mu_ held
+  void add_link_partners(std::vector<NodeRecord>* nodes) const;
 
   const PreflightGateOptions options_;
   Coordinator* const coordinator_;

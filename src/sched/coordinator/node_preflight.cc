@@ -76,6 +76,7 @@ preflight::PreflightReport preflight_nodes(const std::vector<NodeRecord>& nodes,
                                            const preflight::Stack* lock,
                                            const preflight::HealthThresholds& thresholds,
                                            std::map<std::string, preflight::Stack>* stacks) {
+  const int64_t start_ns = monotonic_now_ns();
   std::vector<preflight::NodeFacts> facts(nodes.size());
   for (size_t begin = 0; begin < nodes.size(); begin += kAgentsAtOnce) {
     std::vector<std::thread> askers;
@@ -86,6 +87,7 @@ preflight::PreflightReport preflight_nodes(const std::vector<NodeRecord>& nodes,
       t.join();
   }
   preflight::PreflightReport report = preflight::check_nodes(facts, lock, thresholds, stacks);
+  report.facts_s = static_cast<double>(monotonic_now_ns() - start_ns) / 1e9;
   if (stacks != nullptr) {
     for (const preflight::NodeFacts& f : facts)
       if (f.facts) (*stacks)[f.node] = preflight::stack_of(*f.facts);
@@ -143,7 +145,8 @@ std::vector<Result<ProbeResult>> probe_all(const std::vector<const NodeRecord*>&
 
 std::vector<preflight::Finding> link_findings(const std::vector<const NodeRecord*>& nodes,
                                               const std::string& node_token,
-                                              const FullCheckOptions& o) {
+                                              const FullCheckOptions& o,
+                                              std::vector<preflight::LinkFigure>* figures) {
   std::vector<preflight::Finding> findings;
   if (nodes.size() < 2) return findings;
   const std::string run_id = "preflight-links-" + std::to_string(wall_now_ns());
@@ -189,6 +192,10 @@ std::vector<preflight::Finding> link_findings(const std::vector<const NodeRecord
         measured.push_back(m);
       }
     }
+  }
+  for (const preflight::LinkMeasurement& m : measured) {
+    figures->push_back(
+        {names[static_cast<size_t>(m.a)], names[static_cast<size_t>(m.b)], m.gbps, m.latency_us});
   }
   for (preflight::Finding& f : preflight::judge_links(names, measured, o.links))
     findings.push_back(std::move(f));
@@ -253,9 +260,14 @@ void full_checks(const std::vector<NodeRecord>& nodes, const std::string& node_t
     for (const NodeRecord& n : nodes)
       if (n.name == v.node) reachable.push_back(&n);
   }
-  std::vector<preflight::Finding> more = link_findings(reachable, node_token, options);
+  int64_t t0 = monotonic_now_ns();
+  std::vector<preflight::Finding> more =
+      link_findings(reachable, node_token, options, &report->links);
+  report->links_s = static_cast<double>(monotonic_now_ns() - t0) / 1e9;
+  t0 = monotonic_now_ns();
   for (preflight::Finding& f : ops_findings(reachable, node_token, options))
     more.push_back(std::move(f));
+  report->ops_s = static_cast<double>(monotonic_now_ns() - t0) / 1e9;
   preflight::add_findings(report, std::move(more));
 }
 

@@ -10,6 +10,13 @@
 #include "sched/coordinator/node_preflight.h"
 
 namespace kiln::sched {
+namespace {
+
+// A full check of fewer nodes than this takes ready nodes along as link partners: with three,
+// a slow link is told from a slow node.
+constexpr size_t kLinkPartners = 3;
+
+}  // namespace
 
 PreflightGate::PreflightGate(PreflightGateOptions options, Coordinator* coordinator, Logger log)
     : options_(std::move(options)), coordinator_(coordinator), log_(std::move(log)) {}
@@ -59,8 +66,24 @@ Result<size_t> PreflightGate::check_due() {
   std::vector<NodeRecord> due = coordinator_->preflight_due(options_.retry_ms);
   if (due.size() > kPreflightNodesMax) due.resize(kPreflightNodesMax);  // the rest next round
   if (due.empty()) return size_t{0};
+  const size_t checked = due.size();
   KILN_ASSIGN_OR_RETURN(preflight::PreflightReport report, check_locked(due, options_.level));
-  return due.size();
+  return checked;
+}
+
+// At full, nodes checked alone or in two still need peers for their links: ready nodes join as
+// partners (kLinkPartners in all), and their results are recorded as well.
+void PreflightGate::add_link_partners(std::vector<NodeRecord>* nodes) const {
+  if (nodes->size() >= kLinkPartners) return;
+  Result<std::vector<NodeRecord>> all = coordinator_->nodes();
+  for (size_t i = 0; all.ok() && i < all->size() && nodes->size() < kLinkPartners; ++i) {
+    const NodeRecord& n = (*all)[i];
+    const bool listed = std::any_of(nodes->begin(), nodes->end(),
+                                    [&](const NodeRecord& d) { return d.name == n.name; });
+    if (!listed && n.state == "ready" && n.agent_address.rfind("http", 0) == 0) {
+      nodes->push_back(n);
+    }
+  }
 }
 
 // The ISA the operators should dispatch to: the lock's, else the one most checked nodes have.
@@ -92,8 +115,10 @@ Result<preflight::PreflightReport> PreflightGate::check_locked(const std::vector
     return Status::invalid_argument("preflight checks at most " +
                                     std::to_string(kPreflightNodesMax) + " nodes at once");
   }
+  std::vector<NodeRecord> with_partners = nodes;
+  if (level == "full") add_link_partners(&with_partners);
   preflight::PreflightReport report = preflight_nodes(
-      nodes, options_.node_token, options_.lock.get(), options_.thresholds, &stacks_);
+      with_partners, options_.node_token, options_.lock.get(), options_.thresholds, &stacks_);
   if (level == "full") {
     FullCheckOptions full;
     full.store_address = options_.store_address;
@@ -105,7 +130,7 @@ Result<preflight::PreflightReport> PreflightGate::check_locked(const std::vector
     full.probe_timeout_ms = options_.probe_timeout_ms;
     full.seed = static_cast<uint64_t>(wall_now_ns());
     full.isa = expected_isa();
-    full_checks(nodes, options_.node_token, full, &report);
+    full_checks(with_partners, options_.node_token, full, &report);
   }
   KILN_RETURN_IF_ERROR(coordinator_->record_preflight(report, level));
   return report;
