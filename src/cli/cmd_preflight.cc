@@ -197,8 +197,9 @@ int run_preflight(const PreflightFlags& flags) {
                                          "--lock goes with --facts; through the coordinator the "
                                          "lock is the one `kiln serve --lock` was given"));
   }
-  // The coordinator asks the agents 16 at a time, each within 5 s: give it time for 256 nodes.
-  Client c = connect(flags.client, "preflight", 120'000);
+  // The coordinator asks the agents 16 at a time, each within 5 s (80 s for 256 nodes); at full
+  // the link check and the operator check take up to 70 s more each.
+  Client c = connect(flags.client, "preflight", flags.level == "full" ? 300'000 : 120'000);
   if (!c.http) return c.error;
   int code = 0;
   std::string path = "/v1/preflight?level=" + flags.level;
@@ -236,8 +237,8 @@ Command add_preflight_command(CLI::App& parent) {
                   "offline instead: each node's saved `kiln facts --json`, as FILE or NAME=FILE");
   app->add_option("--lock", flags->lock_path, "with --facts: the version lock (kiln lock)");
   app->add_option("--level", flags->level,
-                  "through the coordinator: quick (stack and health) or full (also links, "
-                  "operators and a trial run); the result is recorded on each node")
+                  "through the coordinator: quick (stack and health) or full (also the link "
+                  "matrix and the operator check); the result is recorded on each node")
       ->capture_default_str()
       ->check(CLI::IsMember({"quick", "full"}));
   add_client_flags(app, &flags->client);

@@ -57,11 +57,20 @@ std::vector<LinkMeasurement> all_pairs(int n, double gbps) {
 
 const std::vector<std::string> kNames = {"n1", "n2", "n3", "n4", "n5"};
 
+// Thresholds set here rather than the defaults, so that the figures below do not move with them.
+LinkThresholds thresholds() {
+  LinkThresholds t;
+  t.bandwidth_fraction = 0.5;
+  t.latency_factor = 5;
+  t.latency_min_us = 200;
+  return t;
+}
+
 TEST(LinkJudgeTest, ASlowLinkIsNamedWithBothEndsAndNobodyElse) {
   std::vector<LinkMeasurement> m = all_pairs(4, 9.5);
   for (LinkMeasurement& x : m)
     if (x.a == 1 && x.b == 2) x.gbps = 0.2;  // n2 ~ n3, rate-limited
-  const std::vector<Finding> f = judge_links(kNames, m, LinkThresholds{});
+  const std::vector<Finding> f = judge_links(kNames, m, thresholds());
   ASSERT_EQ(f.size(), 2u);
   EXPECT_EQ(f[0].node, "n2");
   EXPECT_EQ(f[1].node, "n3");
@@ -78,7 +87,7 @@ TEST(LinkJudgeTest, ANodeSlowWithEveryPeerIsNamedAloneAndItsPeersPass) {
   std::vector<LinkMeasurement> m = all_pairs(5, 9.5);
   for (LinkMeasurement& x : m)
     if (x.a == 3 || x.b == 3) x.gbps = 1.0;  // n4's NIC
-  const std::vector<Finding> f = judge_links(kNames, m, LinkThresholds{});
+  const std::vector<Finding> f = judge_links(kNames, m, thresholds());
   ASSERT_EQ(f.size(), 1u);
   EXPECT_EQ(f[0].node, "n4");
   EXPECT_EQ(f[0].path, "links.n4.gbps");
@@ -87,17 +96,21 @@ TEST(LinkJudgeTest, ANodeSlowWithEveryPeerIsNamedAloneAndItsPeersPass) {
 
 TEST(LinkJudgeTest, TheLockFloorAndLatencyAreThresholdsToo) {
   std::vector<LinkMeasurement> m = all_pairs(4, 9.5);
-  LinkThresholds floor;
+  LinkThresholds floor = thresholds();
   floor.floor_gbps = 20;  // every link is below what the lock recorded: every node is slow
   EXPECT_EQ(judge_links(kNames, m, floor).size(), 4u);
   for (LinkMeasurement& x : m)
     if (x.a == 0 && x.b == 3) x.latency_us = 5000;
-  const std::vector<Finding> f = judge_links(kNames, m, LinkThresholds{});
+  const std::vector<Finding> f = judge_links(kNames, m, thresholds());
   ASSERT_EQ(f.size(), 2u);
   EXPECT_EQ(f[0].path, "links.n1~n4.latency_us");
   EXPECT_EQ(f[0].expected, "<= 200");
   // Differences below the latency minimum are not findings (loopback links are all fast).
   m[0].latency_us = 150;
+  EXPECT_EQ(judge_links(kNames, m, thresholds()).size(), 2u);
+  // The defaults: a quarter of the median bandwidth, 10x and 5 ms of latency.
+  EXPECT_TRUE(judge_links(kNames, m, LinkThresholds{}).empty()) << "5 ms is under 10x and 5 ms";
+  m[1].gbps = 2.0;  // 21% of the median
   EXPECT_EQ(judge_links(kNames, m, LinkThresholds{}).size(), 2u);
 }
 

@@ -72,6 +72,7 @@ class UpgradeDrillTest(unittest.TestCase):
         self.assertIn("Package: kiln", fields)
         self.assertIn("Version: 0.1.0", fields)
         self.assertIn("libopenblas", fields)  # from dpkg-shlibdeps: what the binary links
+        self.assertIn("adduser", fields)  # postinst makes the user kiln
         files = subprocess.run(["dpkg-deb", "-c", self.deb_a], capture_output=True, text=True,
                                check=True).stdout
         for path in ("./usr/bin/kiln", "./usr/lib/systemd/system/kiln-serve.service",
@@ -81,6 +82,7 @@ class UpgradeDrillTest(unittest.TestCase):
             self.assertIn(path, files)
         control = os.path.join(self.tmp.name, "control")
         subprocess.run(["dpkg-deb", "-e", self.deb_a, control], check=True)
+        self.assertTrue(os.path.exists(os.path.join(control, "postrm")))
         with open(os.path.join(control, "postinst")) as f:
             self.assertIn("adduser --system", f.read())
         root = os.path.join(self.tmp.name, "root")

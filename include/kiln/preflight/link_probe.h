@@ -2,7 +2,8 @@
 // TCP-only communicator, the rounds run in lockstep (a barrier between rounds, so pairs of
 // different rounds never share a link), and in each round the two ends of a pair measure the
 // link between them with point-to-point sends: a ping-pong of small messages for the latency,
-// then `bytes` both ways at once, `iters` times, for the bandwidth (the best time counts: the
+// then `bytes` each way in turn (the receiver acknowledges, so the
+// time covers delivery), `iters` times, for the bandwidth (the best time counts: the
 // check asks what the link can do, not what a passing hiccup did).
 #ifndef KILN_PREFLIGHT_LINK_PROBE_H_
 #define KILN_PREFLIGHT_LINK_PROBE_H_

@@ -4,7 +4,8 @@
 // Rounds: each node is in at most one pair per round, so the pairs of a round do not share a
 // NIC and run at once. First the ring neighbours (i, i+1 mod N) in two rounds (three when N is
 // odd), then `random_rounds` rounds of a seeded random matching. O(N) pairs in all, against
-// N(N-1)/2 for every pair; each node meets at least two peers (three with one random round), so
+// N(N-1)/2 for every pair; each node meets at least two peers (the matching usually adds a
+// third: with odd N one node sits it out, and at small N it may repeat a ring pair), so
 // a node slow against every peer is told from one slow link. The cost model (rounds, pairs and
 // time for N up to 1,000) is link_check_cost(); docs/preflight.md has the figures.
 #ifndef KILN_PREFLIGHT_LINKS_H_
@@ -26,22 +27,25 @@ struct LinkPair {
 // Rounds of disjoint pairs over `nodes` nodes (no rounds for fewer than 2).
 std::vector<std::vector<LinkPair>> plan_link_rounds(int nodes, int random_rounds, uint64_t seed);
 
-// One pair's figures, both directions at once (the traffic of a gradient all-reduce).
+// One pair's figures: each way in turn, the slower direction is the pair's.
 struct LinkMeasurement {
   int a = 0;
   int b = 0;
-  double gbps = 0;        // bytes both ways over the time, in gigabits per second per direction
+  double gbps = 0;        // the slower direction, gigabits per second
   double latency_us = 0;  // half the median round trip of a small message
 };
 
 struct LinkThresholds {
-  // Slow: below this fraction of the median pair's bandwidth, or below the lock's floor.
-  double bandwidth_fraction = 0.5;
+  // Slow: below this fraction of the median pair's bandwidth, or below the lock's floor. A
+  // quarter: a link that lost most of its speed (a NIC at 10G among 100G ones, a port shaped
+  // down) is named, and the spread of a busy host's measurements is not.
+  double bandwidth_fraction = 0.25;
   double floor_gbps = 0;  // 0: none
-  // Slow: above this multiple of the median latency and above latency_min_us (loopback-fast
-  // links differ by multiples that mean nothing).
-  double latency_factor = 5;
-  double latency_min_us = 200;
+  // Slow: above this multiple of the median latency and above latency_min_us. A host's
+  // scheduler moves a round trip by milliseconds when its CPUs are busy; a misrouted or
+  // congested link costs more than that.
+  double latency_factor = 10;
+  double latency_min_us = 5000;
 };
 
 // The findings ("links" check): a node slow against every peer it met (at least two) is named

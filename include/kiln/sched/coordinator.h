@@ -240,6 +240,10 @@ struct JobStatus {
   double goodput = 0;        // productive step time / wall time since admission
 };
 
+// The level of a cordon the preflight gate made ("quick" or "full": its reason reads
+// "preflight LEVEL: findings"); "" for a node that is not cordoned, or cordoned otherwise.
+std::string preflight_cordon_level(const NodeRecord& node);
+
 class Coordinator {
  public:
   static Result<std::unique_ptr<Coordinator>> open(CoordinatorOptions options, StateStore* store,
@@ -257,8 +261,9 @@ class Coordinator {
   Result<std::vector<NodeRecord>> nodes();
   Result<NodeRecord> cordon(const Caller& caller, const std::string& node,
                             const std::string& reason);
-  // A node cordoned after faults (cordon_faults within the window) is readmitted only once it
-  // has passed preflight at level full since: kAborted (HTTP 409) says so otherwise.
+  // With the preflight gate on (local executor), a node cordoned after faults (cordon_faults
+  // within the window) is readmitted only once it has passed preflight at level full since:
+  // kAborted (HTTP 409) says so otherwise.
   Result<NodeRecord> uncordon(const Caller& caller, const std::string& node);
   // Which node ran `rank` of the job's `attempt` (-1: the current one), for `kiln logs`: from the
   // job record for the current attempt, from that attempt's placed event for an earlier one.
@@ -270,13 +275,19 @@ class Coordinator {
   Result<AgentAnswer> report(const AgentReport& report);
 
   // --- the preflight gate (CoordinatorOptions::preflight_level; preflight_gate.h) ---
+  // (A cordon preflight made reads "preflight LEVEL: findings"; preflight_cordon_level() gives
+  // its LEVEL, "" for any other node.)
   // Nodes whose check is due: never checked, checked below the gate's level, by another agent
   // than the one reporting now, or nine tenths of the way to its validity; failed ones again
   // retry_ms after the check. Ready, suspect or cordoned by preflight; with an agent to ask.
   std::vector<NodeRecord> preflight_due(int64_t retry_ms);
+  // Ready nodes that run nothing, with an agent, none of `taken`: at most n link partners for a
+  // full check of too few nodes.
+  std::vector<NodeRecord> preflight_partners(const std::vector<std::string>& taken, size_t n);
   // Records each node's result at `level`. With the gate on, a failing node that is ready or
-  // suspect is cordoned ("preflight LEVEL: findings") and a passing node that preflight cordoned
-  // is ready again. A node without facts (unreachable) keeps its state and its last result.
+  // suspect is cordoned ("preflight LEVEL: findings") and a node that preflight cordoned is
+  // ready again once it passes at that level or above. A node without facts (unreachable) keeps
+  // its state and its last result, and is asked again after the retry interval.
   Status record_preflight(const preflight::PreflightReport& report, const std::string& level);
 
   // --- an external resource manager's executor (CoordinatorOptions::executor) ---

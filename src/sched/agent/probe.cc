@@ -72,9 +72,17 @@ Result<ProbeRequest> probe_request_from_json(const nlohmann::json& j) {
   KILN_ASSIGN_OR_RETURN(r.seed, field<uint64_t>(j, "seed"));
   KILN_ASSIGN_OR_RETURN(r.bytes, field<std::string>(j, "bytes"));
   KILN_ASSIGN_OR_RETURN(r.iters, field<int>(j, "iters"));
-  if (r.random_rounds < 0 || r.random_rounds > 16 || r.iters < 1 || r.iters > 100 ||
-      r.bytes.empty() || r.bytes.size() > 16) {
-    return Status::invalid_argument("probe: random_rounds, iters or bytes out of range");
+  if (r.random_rounds < 0 || r.random_rounds > 16) {
+    return Status::invalid_argument("probe: random_rounds " + std::to_string(r.random_rounds) +
+                                    " is outside 0..16");
+  }
+  if (r.iters < 1 || r.iters > 100) {
+    return Status::invalid_argument("probe: iters " + std::to_string(r.iters) +
+                                    " is outside 1..100");
+  }
+  if (r.bytes.empty() || r.bytes.size() > 16) {
+    return Status::invalid_argument("probe: bytes '" + r.bytes.substr(0, 16) +
+                                    "' is not a byte count like 4M");
   }
   return r;
 }

@@ -78,7 +78,7 @@ TEST(ProbeTest, BadRequestsAreRefusedNamingTheField) {
   refused(with("rank", 4), "rank 4 of world 4");
   refused(with("world", 1), "rank 2 of world 1");
   refused(with("run_id", "../other-job"), "run_id");
-  refused(with("iters", 0), "out of range");
+  refused(with("iters", 0), "probe: iters 0 is outside 1..100");
   refused(with("rank", "two"), "field 'rank' has the wrong type");
   nlohmann::json missing = good;
   missing.erase("store_address");

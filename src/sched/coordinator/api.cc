@@ -290,7 +290,10 @@ class Routes {
     if (c_.preflight == nullptr) return error_answer(503, "this coordinator runs no preflight");
     Result<preflight::PreflightReport> report = c_.preflight->check(chosen, level);
     if (!report.ok()) {
-      return error_answer(report.status().is_unavailable() ? 503 : 400, report.status().message());
+      return error_answer(report.status().is_unavailable()                         ? 503
+                          : report.status().code() == StatusCode::kInvalidArgument ? 400
+                                                                                   : 500,
+                          report.status().message());
     }
     audit(caller, "preflight", wanted.empty() ? "*" : wanted, "ok");
     json body = preflight::report_json(*report);

@@ -326,6 +326,12 @@ Result<NodeRecord> Coordinator::cordon(const Caller& caller, const std::string& 
   if (it->second.state == "down") {
     return Status::invalid_argument("node " + node + " is down; cordon it when it is back");
   }
+  // Preflight lifts the cordons it made, told apart by this prefix: an operator's never has it.
+  if (reason.rfind(kPreflightCordonPrefix, 0) == 0) {
+    return Status::invalid_argument("a cordon reason may not start with '" +
+                                    std::string(kPreflightCordonPrefix) +
+                                    "': that marks the preflight gate's own cordons");
+  }
   KILN_RETURN_IF_ERROR(
       s.set_node_state(node, NodeState::kCordoned, reason + " (by " + caller.name + ")"));
   return s.nodes[node];

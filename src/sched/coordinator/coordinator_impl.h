@@ -15,6 +15,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -78,6 +79,7 @@ struct NodeRuntime {
   // Under an external manager: the last report of the agent inside an allocation on this node.
   int64_t agent_mono_ns = 0;
   std::string incarnation;  // of the agent that reported last (AgentReport::incarnation)
+  int64_t preflight_attempt_mono_ns = 0;  // its agent did not answer the last check; 0: it did
 };
 
 // A cordon the preflight gate made (and lifts when the node passes) starts with this.
@@ -145,6 +147,7 @@ struct Coordinator::Impl {
   // "N node(s) await preflight (quick): a, b" for a waiting job's reason; empty if none.
   std::string awaiting_preflight();
   bool cordoned_for_faults(const NodeRecord& node) const;
+  std::set<std::string> busy_nodes() const;  // nodes of jobs that have processes
   // OK unless the node was cordoned after faults and has not passed `full` since.
   Status check_readmission(const NodeRecord& node) const;
 

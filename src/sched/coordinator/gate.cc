@@ -6,6 +6,7 @@
 // preflight_admits() holds; the node's stored state says why it is not (cordoned by preflight)
 // or its preflight field does (never checked, expired, checked by an earlier agent).
 #include <algorithm>
+#include <set>
 #include <utility>
 
 #include "sched/coordinator/coordinator_impl.h"
@@ -24,8 +25,23 @@ int level_rank(std::string_view level) {
 
 }  // namespace
 
+std::string preflight_cordon_level(const NodeRecord& node) {
+  if (node.state != "cordoned") return "";
+  for (const char* level : {"quick", "full"}) {
+    if (node.reason.rfind(std::string(kPreflightCordonPrefix) + level + ": ", 0) == 0) return level;
+  }
+  return "";
+}
+
 bool cordoned_by_preflight(const NodeRecord& node) {
-  return node.state == "cordoned" && node.reason.rfind(kPreflightCordonPrefix, 0) == 0;
+  return !preflight_cordon_level(node).empty();
+}
+
+std::set<std::string> Coordinator::Impl::busy_nodes() const {
+  std::set<std::string> busy;
+  for (const auto& [id, job] : jobs)
+    if (has_processes(state_of(job))) busy.insert(job.nodes.begin(), job.nodes.end());
+  return busy;
 }
 
 bool Coordinator::Impl::cordoned_for_faults(const NodeRecord& node) const {
@@ -68,17 +84,28 @@ std::vector<NodeRecord> Coordinator::preflight_due(int64_t retry_ms) {
   if (s.options.preflight_level.empty() || s.external()) return due;
   const int64_t now = s.wall();
   const int wanted = level_rank(s.options.preflight_level);
+  const std::set<std::string> busy = s.busy_nodes();
   for (const auto& [name, node] : s.nodes) {
     const bool checkable =
         node.state == "ready" || node.state == "suspect" || cordoned_by_preflight(node);
     if (!checkable || node.agent_address.rfind("http", 0) != 0) continue;
     const NodeRuntime& nrt = s.node_runtime[name];
     if (!nrt.reported) continue;  // its agent's incarnation is not known yet
+    // An agent that did not answer is asked again only after retry_ms, like a failed node.
+    if (nrt.preflight_attempt_mono_ns != 0 &&
+        s.mono() - nrt.preflight_attempt_mono_ns < retry_ms * kNsPerMs) {
+      continue;
+    }
     const NodePreflight& p = node.preflight;
     const int64_t age_ms = (now - p.checked_ns) / kNsPerMs;
-    bool is_due = p.level.empty() || level_rank(p.level) < wanted || p.agent != nrt.incarnation;
+    const bool changed =
+        p.level.empty() || level_rank(p.level) < wanted || p.agent != nrt.incarnation;
+    bool is_due = changed;
     if (p.passed) {
-      is_due = is_due || age_ms > s.options.preflight_valid_ms / 10 * 9;
+      // A pass about to expire is renewed while the node is idle: a check under a job's
+      // traffic would measure the job (its links) and slow it (ops-check takes every core).
+      // A busy node whose pass expires only waits for its check until the job ends.
+      is_due = is_due || (age_ms > s.options.preflight_valid_ms / 10 * 9 && busy.count(name) == 0);
     } else {
       is_due = is_due || age_ms > retry_ms;
     }
@@ -98,9 +125,14 @@ Status Coordinator::record_preflight(const preflight::PreflightReport& report,
   const bool gate = !s.options.preflight_level.empty() && !s.external();
   bool placeable_changed = false;
   for (const preflight::NodeVerdict& v : report.nodes) {
-    if (v.verdict != "pass" && v.verdict != "fail") continue;  // unreachable: nothing learned
     auto it = s.nodes.find(v.node);
     if (it == s.nodes.end()) continue;
+    if (v.verdict != "pass" && v.verdict != "fail") {
+      // Unreachable: nothing learned of its stack; asked again after the retry interval.
+      s.node_runtime[v.node].preflight_attempt_mono_ns = s.mono();
+      continue;
+    }
+    s.node_runtime[v.node].preflight_attempt_mono_ns = 0;
     NodeRecord node = it->second;
     const bool passed = v.verdict == "pass";
     node.preflight.level = level;
@@ -115,7 +147,10 @@ Status Coordinator::record_preflight(const preflight::PreflightReport& report,
       node.state_since_ns = s.wall();
       events.push_back(s.node_event(node.name, "node_cordoned", node.reason));
       s.log.warn("node failed preflight", {{"node", node.name}, {"findings", node.reason}});
-    } else if (gate && passed && cordoned_by_preflight(node)) {
+    } else if (gate && passed && cordoned_by_preflight(node) &&
+               level_rank(level) >= level_rank(preflight_cordon_level(node))) {
+      // Only a pass at the cordon's level lifts it: a quick pass says nothing of the links a
+      // full check found slow.
       node.state = "ready";
       node.reason = "";
       node.state_since_ns = s.wall();
@@ -134,8 +169,30 @@ Status Coordinator::record_preflight(const preflight::PreflightReport& report,
   return Status();
 }
 
+std::vector<NodeRecord> Coordinator::preflight_partners(const std::vector<std::string>& taken,
+                                                        size_t n) {
+  std::lock_guard<std::mutex> lock(impl_->mu);
+  Impl& s = *impl_;
+  std::vector<NodeRecord> out;
+  const std::set<std::string> busy = s.busy_nodes();
+  for (const auto& [name, node] : s.nodes) {
+    if (out.size() >= n) break;
+    if (node.state != "ready" || busy.count(name) != 0 ||
+        node.agent_address.rfind("http", 0) != 0 ||
+        std::find(taken.begin(), taken.end(), name) != taken.end()) {
+      continue;
+    }
+    out.push_back(node);
+  }
+  return out;
+}
+
 Status Coordinator::Impl::check_readmission(const NodeRecord& node) const {
-  if (!cordoned_for_faults(node)) return Status();
+  // Without the gate (or under an external manager, whose agents live only inside allocations
+  // and cannot be checked) a cordon after faults is lifted by hand.
+  if (options.preflight_level.empty() || external() || !cordoned_for_faults(node)) {
+    return Status();
+  }
   const NodePreflight& p = node.preflight;
   if (p.level == "full" && p.passed && p.checked_ns >= node.state_since_ns) return Status();
   return Status::aborted(

@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <charconv>
 #include <functional>
+#include <map>
 #include <thread>
 #include <utility>
 
@@ -167,14 +168,47 @@ std::vector<preflight::Finding> link_findings(const std::vector<const NodeRecord
   });
   std::vector<std::string> names;
   std::vector<preflight::LinkMeasurement> measured;
+  // Every rank waits on every other, so one node that cannot take part fails them all: blame
+  // only the nodes at fault. First those whose probe could not run at all; else those the
+  // failed ranks' errors name ("rank 2 (host h3)"); else every rank that failed.
+  std::vector<size_t> not_run, failed;
+  std::map<std::string, int> named;
   for (size_t i = 0; i < nodes.size(); ++i) {
     names.push_back(nodes[i]->name);
     const Result<ProbeResult>& r = results[i];
-    if (!r.ok() || r->exit_code != 0) {
-      findings.push_back({nodes[i]->name, "links.probe", "the link check completes",
-                          r.ok() ? last_line(r->err) : r.status().message(), "probe", "links"});
-      continue;
+    if (!r.ok()) {
+      not_run.push_back(i);
+    } else if (r->exit_code != 0) {
+      failed.push_back(i);
     }
+  }
+  for (size_t i : failed) {
+    for (size_t j = 0; j < nodes.size(); ++j) {
+      if (j != i && results[i]->err.find("(host " + names[j] + ")") != std::string::npos) {
+        ++named[names[j]];
+      }
+    }
+  }
+  if (!not_run.empty()) {
+    for (size_t i : not_run) {
+      findings.push_back({names[i], "links.probe", "the link check runs",
+                          results[i].status().message(), "probe", "links"});
+    }
+  } else if (!named.empty()) {
+    for (const auto& [name, count] : named) {
+      findings.push_back({name, "links.probe", "its peers reach it",
+                          "named by " + std::to_string(count) + " failed peer(s)", "probe",
+                          "links"});
+    }
+  } else {
+    for (size_t i : failed) {
+      findings.push_back({names[i], "links.probe", "the link check completes",
+                          last_line(results[i]->err), "probe", "links"});
+    }
+  }
+  for (size_t i = 0; i < nodes.size(); ++i) {
+    const Result<ProbeResult>& r = results[i];
+    if (!r.ok() || r->exit_code != 0) continue;
     size_t start = 0;
     while (start < r->out.size()) {
       size_t end = r->out.find('\n', start);
@@ -238,6 +272,11 @@ std::vector<preflight::Finding> ops_findings(const std::vector<const NodeRecord*
                           "relative error <= " + nlohmann::json(row.value("tolerance", 0.0)).dump(),
                           (err.is_number() ? err.dump() : std::string("not finite")) + " at " +
                               row.value("shape", std::string("?")),
+                          "reference", "ops"});
+    }
+    if (rows > 0 && wrong == 0 && r->exit_code != 0) {
+      findings.push_back({node, "ops.exit", "ops-check exits 0",
+                          "exit " + std::to_string(r->exit_code) + ": " + last_line(r->err),
                           "reference", "ops"});
     }
     if (rows == 0) {

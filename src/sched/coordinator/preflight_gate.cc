@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <set>
 #include <utility>
 
 #include <kiln/base/clock.h>
@@ -64,26 +65,47 @@ Result<size_t> PreflightGate::check_due() {
   std::unique_lock<std::mutex> lock(run_mu_, std::try_to_lock);
   if (!lock.owns_lock()) return Status::unavailable("a preflight is running");
   std::vector<NodeRecord> due = coordinator_->preflight_due(options_.retry_ms);
-  if (due.size() > kPreflightNodesMax) due.resize(kPreflightNodesMax);  // the rest next round
   if (due.empty()) return size_t{0};
-  const size_t checked = due.size();
-  KILN_ASSIGN_OR_RETURN(preflight::PreflightReport report, check_locked(due, options_.level));
+  // A fresh runner knows no stacks to hold a node against: its first round checks every node
+  // that can answer, so that a node upgraded while the coordinator was down is not its own
+  // majority.
+  if (stacks_.empty()) {
+    Result<std::vector<NodeRecord>> all = coordinator_->nodes();
+    if (all.ok()) {
+      for (const NodeRecord& n : *all) {
+        const bool listed = std::any_of(due.begin(), due.end(),
+                                        [&](const NodeRecord& d) { return d.name == n.name; });
+        if (!listed && n.state != "down" && n.agent_address.rfind("http", 0) == 0) due.push_back(n);
+      }
+    }
+  }
+  if (due.size() > kPreflightNodesMax) due.resize(kPreflightNodesMax);  // the rest next round
+  // A node preflight cordoned at full is checked at full again: a quick pass would not lift it.
+  std::vector<NodeRecord> at_gate, at_full;
+  for (NodeRecord& n : due)
+    (preflight_cordon_level(n) == "full" && options_.level != "full" ? at_full : at_gate)
+        .push_back(std::move(n));
+  size_t checked = 0;
+  for (const auto& [nodes, level] :
+       {std::pair{&at_gate, options_.level}, std::pair{&at_full, std::string("full")}}) {
+    if (nodes->empty()) continue;
+    KILN_RETURN_IF_ERROR(check_locked(*nodes, level).status());
+    checked += nodes->size();
+  }
   return checked;
 }
 
 // At full, nodes checked alone or in two still need peers for their links: ready nodes join as
 // partners (kLinkPartners in all), and their results are recorded as well.
+// Partners are idle: a job's traffic would be measured as the link's, and the check would
+// slow the job.
 void PreflightGate::add_link_partners(std::vector<NodeRecord>* nodes) const {
   if (nodes->size() >= kLinkPartners) return;
-  Result<std::vector<NodeRecord>> all = coordinator_->nodes();
-  for (size_t i = 0; all.ok() && i < all->size() && nodes->size() < kLinkPartners; ++i) {
-    const NodeRecord& n = (*all)[i];
-    const bool listed = std::any_of(nodes->begin(), nodes->end(),
-                                    [&](const NodeRecord& d) { return d.name == n.name; });
-    if (!listed && n.state == "ready" && n.agent_address.rfind("http", 0) == 0) {
-      nodes->push_back(n);
-    }
-  }
+  std::vector<std::string> taken;
+  for (const NodeRecord& n : *nodes)
+    taken.push_back(n.name);
+  for (NodeRecord& n : coordinator_->preflight_partners(taken, kLinkPartners - nodes->size()))
+    nodes->push_back(std::move(n));
 }
 
 // The ISA the operators should dispatch to: the lock's, else the one most checked nodes have.
@@ -117,8 +139,22 @@ Result<preflight::PreflightReport> PreflightGate::check_locked(const std::vector
   }
   std::vector<NodeRecord> with_partners = nodes;
   if (level == "full") add_link_partners(&with_partners);
+  // The majority: the stacks of the nodes checked before, less those that are down now (a node
+  // gone for good must not outvote the live ones).
+  std::set<std::string> down;
+  if (Result<std::vector<NodeRecord>> all = coordinator_->nodes(); all.ok()) {
+    for (const NodeRecord& n : *all)
+      if (n.state == "down") down.insert(n.name);
+  }
+  std::map<std::string, preflight::Stack> peers;
+  for (const auto& [name, stack] : stacks_)
+    if (down.count(name) == 0) peers.emplace(name, stack);
   preflight::PreflightReport report = preflight_nodes(
-      with_partners, options_.node_token, options_.lock.get(), options_.thresholds, &stacks_);
+      with_partners, options_.node_token, options_.lock.get(), options_.thresholds, &peers);
+  for (const NodeRecord& n : with_partners) {
+    auto it = peers.find(n.name);
+    if (it != peers.end()) stacks_[n.name] = it->second;
+  }
   if (level == "full") {
     FullCheckOptions full;
     full.store_address = options_.store_address;
