@@ -24,7 +24,7 @@ import urllib.request
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "lib"))
 from kiln_cluster import Cluster  # noqa: E402
-from kiln_test import KILN_BIN, skip_unless_ci  # noqa: E402
+from kiln_test import KILN_BIN, skip_unless_ci, wait_until  # noqa: E402
 
 SLEEPER = """name: {name}
 command: [/bin/sh, -c, "echo started; sleep {seconds}; echo done"]
@@ -74,8 +74,14 @@ class CoordinatorTest(unittest.TestCase):
             long_job = cluster.submit(write(self.tmp.name, "long.yaml", SLEEPER.format(
                 name="long", seconds=12, nodes=2, secret=SECRET)))
             cluster.wait_state(long_job, "running", 30)
-            with urllib.request.urlopen(cluster.url + "/metrics", timeout=10) as r:
-                metrics = r.read().decode()
+
+            def metrics_text():
+                with urllib.request.urlopen(cluster.url + "/metrics", timeout=10) as r:
+                    return r.read().decode()
+            # The coordinator samples its figures on its tick (100 ms), after the state changed.
+            metrics = wait_until(
+                lambda: (lambda m: m if "kiln_job_submit_to_running_seconds_count 1" in m
+                         else None)(metrics_text()), 10, "the submit-to-running sample")
             self.assertIn('kiln_jobs{state="running"} 1', metrics)
             self.assertIn('kiln_nodes{state="ready"} 4', metrics)
             self.assertIn("kiln_job_submit_to_running_seconds_count 1", metrics)

@@ -102,8 +102,10 @@ class PreflightThroughTheCoordinatorTest(unittest.TestCase):
             ("a3", "stack", "environment.OMP_NUM_THREADS", "(unset)", "3", "lock"),
             ("a4", "health", "kernel_params.open_files_soft", ">= 4096", "1024", "threshold")])
         other = {f["path"]: f for f in findings if f["node"] == "a5"}
-        self.assertEqual(other["kiln.version"]["expected"], "0.1.0")
-        self.assertEqual(other["kiln.version"]["found"], "0.1.0+other-build")
+        version = subprocess.run([KILN_BIN, "version"], capture_output=True, text=True,
+                                 check=True).stdout.split()[1]
+        self.assertEqual(other["kiln.version"]["expected"], version)
+        self.assertEqual(other["kiln.version"]["found"], version + "+other-build")
         self.assertEqual(other["kiln.version"]["against"], "lock")
         self.assertIn("kiln.build_id", other)
         self.assertGreater(verdicts["a1"]["checked"], 20)

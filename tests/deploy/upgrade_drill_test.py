@@ -28,6 +28,9 @@ from kiln_cluster import Cluster  # noqa: E402
 from kiln_test import KILN_BIN, SOURCE_DIR, stop_processes, wait_until  # noqa: E402
 
 OTHER_BUILD = os.path.join(os.path.dirname(KILN_BIN), "kiln-other-build")
+# This build's version ("0.1.0"); kiln-other-build's is VERSION + "+other-build".
+VERSION = subprocess.run([KILN_BIN, "version"], capture_output=True, text=True,
+                         check=True, timeout=60).stdout.split()[1]
 SPEC = """name: {name}
 command: [sleep, "{seconds}"]
 nodes: {nodes}
@@ -65,12 +68,12 @@ class UpgradeDrillTest(unittest.TestCase):
         self.addCleanup(lambda: stop_processes(list(self.agents.values())))
 
     def test_the_packages_hold_the_binary_the_units_and_their_version(self):
-        self.assertTrue(self.deb_a.endswith("/kiln_0.1.0_amd64.deb"), self.deb_a)
-        self.assertTrue(self.deb_b.endswith("/kiln_0.1.0+other-build_amd64.deb"), self.deb_b)
+        self.assertTrue(self.deb_a.endswith(f"/kiln_{VERSION}_amd64.deb"), self.deb_a)
+        self.assertTrue(self.deb_b.endswith(f"/kiln_{VERSION}+other-build_amd64.deb"), self.deb_b)
         fields = subprocess.run(["dpkg-deb", "-f", self.deb_a, "Package", "Version", "Depends"],
                                 capture_output=True, text=True, check=True).stdout
         self.assertIn("Package: kiln", fields)
-        self.assertIn("Version: 0.1.0", fields)
+        self.assertIn(f"Version: {VERSION}\n", fields)
         self.assertIn("libopenblas", fields)  # from dpkg-shlibdeps: what the binary links
         self.assertIn("adduser", fields)  # postinst makes the user kiln
         files = subprocess.run(["dpkg-deb", "-c", self.deb_a], capture_output=True, text=True,
@@ -88,19 +91,20 @@ class UpgradeDrillTest(unittest.TestCase):
         root = os.path.join(self.tmp.name, "root")
         kiln = install(self.deb_a, root)
         self.assertEqual(subprocess.run([kiln, "version"], capture_output=True, text=True,
-                                        check=True).stdout.split()[1], "0.1.0")
+                                        check=True).stdout.split()[1], VERSION)
         system_units = "/lib/systemd/system"
-        if shutil.which("systemd-analyze") and os.path.isdir(system_units):
-            # The units the package's units refer to (network-online.target, ...) come from this
-            # machine; verify warns about every line of ours it cannot parse.
-            subprocess.run(["cp", "-an", system_units + "/.",
-                            os.path.join(root, "usr/lib/systemd/system")], check=True)
-            for unit in ("kiln-serve.service", "kiln-agent.service"):
-                r = subprocess.run(["systemd-analyze", f"--root={root}", "verify",
-                                    f"/usr/lib/systemd/system/{unit}"],
-                                   capture_output=True, text=True, timeout=60)
-                self.assertEqual(r.returncode, 0, f"{unit}: {r.stdout}{r.stderr}")
-                self.assertNotIn(unit, r.stdout + r.stderr)
+        self.assertTrue(shutil.which("systemd-analyze") and os.path.isdir(system_units),
+                        "systemd-analyze checks the units: install systemd (scripts/install-deps)")
+        # The units the package's units refer to (network-online.target, ...) come from this
+        # machine; verify warns about every line of ours it cannot parse.
+        subprocess.run(["cp", "-an", system_units + "/.",
+                        os.path.join(root, "usr/lib/systemd/system")], check=True)
+        for unit in ("kiln-serve.service", "kiln-agent.service"):
+            r = subprocess.run(["systemd-analyze", f"--root={root}", "verify",
+                                f"/usr/lib/systemd/system/{unit}"],
+                               capture_output=True, text=True, timeout=60)
+            self.assertEqual(r.returncode, 0, f"{unit}: {r.stdout}{r.stderr}")
+            self.assertNotIn(unit, r.stdout + r.stderr)
 
     def start_agent(self, cluster, name, kiln):
         work = os.path.join(self.tmp.name, name, "work")
@@ -149,7 +153,7 @@ class UpgradeDrillTest(unittest.TestCase):
                                        r"found [0-9a-f]+ \(majority\)")
         r = cluster.kiln("preflight", "--json")
         self.assertEqual(r.returncode, 1, r.stdout + r.stderr)
-        self.assertIn('"expected":"0.1.0","found":"0.1.0+other-build","node":"h3",'
+        self.assertIn(f'"expected":"{VERSION}","found":"{VERSION}+other-build","node":"h3",'
                       '"path":"kiln.version"', r.stdout)
         second = self.submit(cluster, "avoids-b", 2, 1)
         self.assertEqual(sorted(cluster.wait_state(second, "running", 30)["nodes"]), ["h1", "h2"])
@@ -177,7 +181,7 @@ class UpgradeDrillTest(unittest.TestCase):
         cluster.kiln_path = bins["ctl"]
         cluster.start(wait_nodes=False)
         self.assertEqual(subprocess.run([bins["ctl"], "version"], capture_output=True, text=True)
-                         .stdout.split()[1], "0.1.0+other-build")
+                         .stdout.split()[1], VERSION + "+other-build")
         for job, events in before.items():
             self.assertEqual(cluster.events(job), events, job)
         self.assertEqual(cluster.kiln_json("status"), jobs_before)
