@@ -150,22 +150,31 @@ std::vector<preflight::Finding> link_findings(const std::vector<const NodeRecord
                                               std::vector<preflight::LinkFigure>* figures) {
   std::vector<preflight::Finding> findings;
   if (nodes.size() < 2) return findings;
-  const std::string run_id = "preflight-links-" + std::to_string(wall_now_ns());
-  std::vector<Result<ProbeResult>> results = probe_all(nodes, node_token, [&](size_t i) {
-    ProbeRequest r;
-    r.check = "links";
-    r.timeout_ms = o.probe_timeout_ms;
-    r.rank = static_cast<int>(i);
-    r.world = static_cast<int>(nodes.size());
-    r.store_address = o.store_address;
-    r.store_token = o.store_token;
-    r.run_id = run_id;
-    r.random_rounds = o.random_rounds;
-    r.seed = o.seed;
-    r.bytes = o.bytes;
-    r.iters = o.iters;
-    return r;
-  });
+  // A failed check runs once more before anyone is blamed: a node is cordoned for a failure it
+  // repeats, not for one passing hiccup of a busy host. Each run meets under its own id.
+  std::vector<Result<ProbeResult>> results;
+  for (int run = 0; run < 2; ++run) {
+    const std::string run_id =
+        "preflight-links-" + std::to_string(wall_now_ns()) + "-" + std::to_string(run);
+    results = probe_all(nodes, node_token, [&](size_t i) {
+      ProbeRequest r;
+      r.check = "links";
+      r.timeout_ms = o.probe_timeout_ms;
+      r.rank = static_cast<int>(i);
+      r.world = static_cast<int>(nodes.size());
+      r.store_address = o.store_address;
+      r.store_token = o.store_token;
+      r.run_id = run_id;
+      r.random_rounds = o.random_rounds;
+      r.seed = o.seed;
+      r.bytes = o.bytes;
+      r.iters = o.iters;
+      return r;
+    });
+    const bool all_ok = std::all_of(results.begin(), results.end(),
+                                    [](const auto& r) { return r.ok() && r->exit_code == 0; });
+    if (all_ok) break;
+  }
   std::vector<std::string> names;
   std::vector<preflight::LinkMeasurement> measured;
   // Every rank waits on every other, so one node that cannot take part fails them all: blame
@@ -195,10 +204,13 @@ std::vector<preflight::Finding> link_findings(const std::vector<const NodeRecord
                           results[i].status().message(), "probe", "links"});
     }
   } else if (!named.empty()) {
+    // What the first failed peer said, for the person reading the finding.
+    const std::string said = names[failed.front()] + ": " + last_line(results[failed.front()]->err);
     for (const auto& [name, count] : named) {
-      findings.push_back({name, "links.probe", "its peers reach it",
-                          "named by " + std::to_string(count) + " failed peer(s)", "probe",
-                          "links"});
+      findings.push_back(
+          {name, "links.probe", "its peers reach it",
+           "named by " + std::to_string(count) + " failed peer(s), twice; " + said.substr(0, 300),
+           "probe", "links"});
     }
   } else {
     for (size_t i : failed) {
