@@ -171,6 +171,33 @@ class CoordinatorTest : public ::testing::Test {
     return out;
   }
 
+  // A one-node job whose two attempts both die of SIGSEGV on the one node left uncordoned
+  // (`*where`): with cordon_faults 2 that node is cordoned after faults.
+  void fault_one_node_twice(std::string* id, std::string* where) {
+    JobSpec s = spec(1);
+    s.restart_backoff_ms = 0;
+    *id = submit(s);
+    *where = job(*id).nodes[0];
+    // Only `where` takes work, so every attempt runs there.
+    for (int i = 0; i < 4; ++i) {
+      if (node(i) != *where) {
+        ASSERT_TRUE(coordinator_->cordon(admin_, node(i), "test").ok());
+      }
+    }
+    for (int attempt = 0; attempt < 2; ++attempt) {
+      ASSERT_EQ(job(*id).state, "placed") << attempt;
+      ASSERT_EQ(job(*id).nodes[0], *where);
+      AgentAnswer a = report(*where);
+      ASSERT_EQ(a.ranks.size(), 1u);
+      RankReport r = running(a.ranks[0], 1);
+      r.running = false;
+      r.exited = false;
+      r.code = 11;  // SIGSEGV: the node is suspected
+      report(*where, {r});
+      coordinator_->tick();
+    }
+  }
+
   std::filesystem::path dir_;
   SecretBox box_ = SecretBox::from_key_for_test(std::string(32, 'k'));
   FakeClock clock_{1'700'000'000'000'000'000};
@@ -392,28 +419,9 @@ TEST_F(CoordinatorTest, ASilentNodeIsDownAndItsJobRestartsShrunk) {
 }
 
 TEST_F(CoordinatorTest, RepeatedFaultsCordonANodeAndUncordonReadmitsIt) {
-  JobSpec s = spec(1);
-  s.restart_backoff_ms = 0;
-  const std::string id = submit(s);
-  const std::string where = job(id).nodes[0];
-  // Only `where` takes work, so every attempt runs there.
-  for (int i = 0; i < 4; ++i) {
-    if (node(i) != where) {
-      ASSERT_TRUE(coordinator_->cordon(admin_, node(i), "test").ok());
-    }
-  }
-  for (int attempt = 0; attempt < 2; ++attempt) {
-    ASSERT_EQ(job(id).state, "placed") << attempt;
-    ASSERT_EQ(job(id).nodes[0], where);
-    AgentAnswer a = report(where);
-    ASSERT_EQ(a.ranks.size(), 1u);
-    RankReport r = running(a.ranks[0], 1);
-    r.running = false;
-    r.exited = false;
-    r.code = 11;  // SIGSEGV: the node is suspected
-    report(where, {r});
-    coordinator_->tick();
-  }
+  std::string id, where;
+  fault_one_node_twice(&id, &where);
+  if (HasFatalFailure()) return;
   NodeRecord culprit;
   for (const NodeRecord& n : nodes())
     if (n.name == where) culprit = n;
@@ -751,26 +759,9 @@ TEST_F(GateTest, ACordonAfterFaultsIsLiftedOnlyAfterAFullPassSinceIt) {
           ->record_preflight(preflight_of({node(0), node(1), node(2), node(3)}, {}, incarnations_),
                              "quick")
           .ok());
-  JobSpec s = spec(1);
-  s.restart_backoff_ms = 0;
-  const std::string id = submit(s);
-  const std::string where = job(id).nodes[0];
-  for (int i = 0; i < 4; ++i) {
-    if (node(i) != where) {
-      ASSERT_TRUE(coordinator_->cordon(admin_, node(i), "test").ok());
-    }
-  }
-  for (int attempt = 0; attempt < 2; ++attempt) {
-    ASSERT_EQ(job(id).state, "placed") << attempt;
-    AgentAnswer a = report(where);
-    ASSERT_EQ(a.ranks.size(), 1u);
-    RankReport r = running(a.ranks[0], 1);
-    r.running = false;
-    r.exited = false;
-    r.code = 11;  // SIGSEGV: the node is suspected
-    report(where, {r});
-    coordinator_->tick();
-  }
+  std::string id, where;
+  fault_one_node_twice(&id, &where);
+  if (HasFatalFailure()) return;
   ASSERT_EQ(node_record(where).state, "cordoned");
   Result<NodeRecord> refused = coordinator_->uncordon(admin_, where);
   ASSERT_FALSE(refused.ok());

@@ -130,6 +130,20 @@ std::string last_line(const std::string& text) {
                      end + 1 - (begin == std::string::npos ? 0 : begin + 1));
 }
 
+// The JSON objects of a probe's output, one per line; other lines are left out.
+std::vector<nlohmann::json> json_lines(const std::string& out) {
+  std::vector<nlohmann::json> lines;
+  size_t start = 0;
+  while (start < out.size()) {
+    size_t end = out.find('\n', start);
+    if (end == std::string::npos) end = out.size();
+    nlohmann::json line = nlohmann::json::parse(out.substr(start, end - start), nullptr, false);
+    start = end + 1;
+    if (line.is_object()) lines.push_back(std::move(line));
+  }
+  return lines;
+}
+
 // Runs `request_of(i)` on every node at once (the link check needs every rank up together).
 std::vector<Result<ProbeResult>> probe_all(const std::vector<const NodeRecord*>& nodes,
                                            const std::string& node_token,
@@ -221,14 +235,8 @@ std::vector<preflight::Finding> link_findings(const std::vector<const NodeRecord
   for (size_t i = 0; i < nodes.size(); ++i) {
     const Result<ProbeResult>& r = results[i];
     if (!r.ok() || r->exit_code != 0) continue;
-    size_t start = 0;
-    while (start < r->out.size()) {
-      size_t end = r->out.find('\n', start);
-      if (end == std::string::npos) end = r->out.size();
-      nlohmann::json line =
-          nlohmann::json::parse(r->out.substr(start, end - start), nullptr, false);
-      start = end + 1;
-      if (!line.is_object() || !line.contains("gbps")) continue;
+    for (const nlohmann::json& line : json_lines(r->out)) {
+      if (!line.contains("gbps")) continue;
       preflight::LinkMeasurement m;
       m.a = line.value("a", -1);
       m.b = line.value("b", -1);
@@ -270,13 +278,8 @@ std::vector<preflight::Finding> ops_findings(const std::vector<const NodeRecord*
     }
     int wrong = 0;
     size_t rows = 0;
-    size_t start = 0;
-    while (start < r->out.size()) {
-      size_t end = r->out.find('\n', start);
-      if (end == std::string::npos) end = r->out.size();
-      nlohmann::json row = nlohmann::json::parse(r->out.substr(start, end - start), nullptr, false);
-      start = end + 1;
-      if (!row.is_object() || !row.contains("ok")) continue;
+    for (const nlohmann::json& row : json_lines(r->out)) {
+      if (!row.contains("ok")) continue;
       ++rows;
       if (row.value("ok", false) || ++wrong > 3) continue;  // the first three are enough
       const nlohmann::json err = row.value("max_rel_err", nlohmann::json());
