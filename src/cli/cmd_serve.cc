@@ -235,11 +235,11 @@ int run_serve(ServeFlags flags, const GlobalOptions& globals) {
   if (!sink) return kExitBadInput;
   Logger log(sink, "serve");
   // Read before anything starts: a bad lock is an error with nothing to clean up.
-  std::shared_ptr<const preflight::Stack> lock;
+  std::shared_ptr<const preflight::Lock> lock;
   if (!flags.lock_path.empty()) {
-    Result<preflight::Stack> read = preflight::load_lock(flags.lock_path);
+    Result<preflight::Lock> read = preflight::load_lock(flags.lock_path);
     if (!read.ok()) return report_error("serve", read.status().with_context("--lock"));
-    lock = std::make_shared<const preflight::Stack>(std::move(*read));
+    lock = std::make_shared<const preflight::Lock>(std::move(*read));
   }
   if (flags.state_dir.empty()) flags.state_dir = default_state_dir();
   if (flags.state_dir[0] != '/') {

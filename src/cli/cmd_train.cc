@@ -28,6 +28,7 @@
 //                             rank must keep training rather than die at its next line.
 //   KILN_FLIGHT_RECORDER_DIR  where a failed collective (and SIGUSR1) dumps this rank's flight
 //                             recorder as flight-rank<R>.json (CommOptions::flight_recorder_dir).
+#include <kiln/base/config.h>
 #include <kiln/base/cpu_set.h>
 #include <kiln/comm/communicator.h>
 #include <kiln/comm/store.h>
@@ -36,6 +37,7 @@
 #include <kiln/obs/http_server.h>
 #include <kiln/obs/metrics.h>
 #include <kiln/obs/metrics_endpoint.h>
+#include <kiln/sched/auth.h>
 #include <kiln/train/train_config.h>
 #include <kiln/train/trainer.h>
 
@@ -45,6 +47,7 @@
 
 #include <charconv>
 #include <cstdlib>
+#include <fstream>
 #include <iostream>
 #include <memory>
 #include <string>
@@ -183,6 +186,17 @@ void on_signal(int sig, const comm::Communicator* communicator, train::StopReque
   stop->request();
 }
 
+// The SHA-256 of the config file's text, for the final JSON line (a trial run compares runs of
+// the same text); "" when it cannot be read again or has grown past what a config may be.
+std::string config_sha256(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::string text(kConfigBytesMax + 1, '\0');
+  in.read(text.data(), static_cast<std::streamsize>(text.size()));
+  if (in.bad() || static_cast<size_t>(in.gcount()) > kConfigBytesMax) return "";
+  text.resize(static_cast<size_t>(in.gcount()));
+  return sched::sha256_hex(text);
+}
+
 int run_rank(const TrainFlags& flags, const GlobalOptions& globals, SignalThread* signals) {
   std::shared_ptr<LogSink> sink = open_log_sink(globals);
   if (!sink) return kExitBadInput;
@@ -280,6 +294,7 @@ int run_rank(const TrainFlags& flags, const GlobalOptions& globals, SignalThread
   options.store = store.get();
   options.store_prefix = job.store_prefix();
   options.ckpt_dir = flags.ckpt_dir;
+  options.config_sha256 = config_sha256(flags.config_path);
   options.ckpt_every = flags.ckpt_every;
   options.ckpt_keep = flags.ckpt_keep;
   options.stop_after_step = flags.stop_after_step;

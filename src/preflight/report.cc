@@ -1,6 +1,7 @@
 // One preflight over a set of nodes (kiln/preflight/report.h).
 #include <kiln/preflight/report.h>
 
+#include <cmath>
 #include <map>
 #include <set>
 #include <utility>
@@ -78,15 +79,19 @@ std::string summarize(const PreflightReport& report, const std::string& node, si
 }
 
 nlohmann::json report_json(const PreflightReport& report) {
-  nlohmann::json findings = nlohmann::json::array();
-  for (const Finding& f : report.findings) {
-    findings.push_back({{"node", f.node},
-                        {"check", f.check},
-                        {"path", f.path},
-                        {"expected", f.expected},
-                        {"found", f.found},
-                        {"against", f.against}});
-  }
+  auto findings_json = [](const std::vector<Finding>& list) {
+    nlohmann::json out = nlohmann::json::array();
+    for (const Finding& f : list) {
+      out.push_back({{"node", f.node},
+                     {"check", f.check},
+                     {"path", f.path},
+                     {"expected", f.expected},
+                     {"found", f.found},
+                     {"against", f.against}});
+    }
+    return out;
+  };
+  nlohmann::json findings = findings_json(report.findings);
   nlohmann::json nodes = nlohmann::json::array();
   for (const NodeVerdict& n : report.nodes) {
     nlohmann::json j = {
@@ -98,11 +103,30 @@ nlohmann::json report_json(const PreflightReport& report) {
   for (const LinkFigure& l : report.links) {
     links.push_back({{"a", l.a}, {"b", l.b}, {"gbps", l.gbps}, {"latency_us", l.latency_us}});
   }
-  return {
-      {"findings", std::move(findings)},
-      {"nodes", std::move(nodes)},
-      {"links", std::move(links)},
-      {"seconds", {{"facts", report.facts_s}, {"links", report.links_s}, {"ops", report.ops_s}}}};
+  nlohmann::json out = {{"findings", std::move(findings)},
+                        {"nodes", std::move(nodes)},
+                        {"links", std::move(links)},
+                        {"job_findings", findings_json(report.job_findings)},
+                        {"seconds",
+                         {{"facts", report.facts_s},
+                          {"links", report.links_s},
+                          {"ops", report.ops_s},
+                          {"trial", report.trial_s}}}};
+  if (!report.trial.empty()) {
+    nlohmann::json trial_nodes = nlohmann::json::array();
+    for (const TrialResult& r : report.trial) {
+      nlohmann::json t = {{"node", r.node}, {"ran", r.ran}, {"steps", r.steps}};
+      // A diverged loss is not finite: null, which JSON can carry.
+      t["loss"] = std::isfinite(r.loss) ? nlohmann::json(r.loss) : nlohmann::json(nullptr);
+      t["tokens_per_s"] = r.tokens_per_s;
+      if (!r.error.empty()) t["error"] = r.error;
+      trial_nodes.push_back(std::move(t));
+    }
+    out["trial"] = {{"signature", report.trial_signature},
+                    {"reference", report.trial_reference},
+                    {"nodes", std::move(trial_nodes)}};
+  }
+  return out;
 }
 
 }  // namespace kiln::preflight

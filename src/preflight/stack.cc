@@ -184,7 +184,7 @@ std::vector<Finding> check_stacks(const std::map<std::string, Stack>& nodes, con
   return out;
 }
 
-std::string render_lock(const Stack& stack, const std::string& node, const std::string& at) {
+std::string render_lock(const Lock& lock, const std::string& node, const std::string& at) {
   std::string out =
       "# kiln.lock: the software stack every node of a job must run (kiln lock; "
       "docs/preflight.md).\n"
@@ -195,12 +195,29 @@ std::string render_lock(const Stack& stack, const std::string& node, const std::
       "taken_from:\n"
       "  node: " +
       quoted(node) + "\n  at: " + quoted(at) + "\nstack:\n";
-  for (const auto& [path, value] : stack)
+  for (const auto& [path, value] : lock.stack)
     out += "  " + quoted(path) + ": " + quoted(value) + "\n";
+  if (lock.trial) {
+    const TrialExpectation& t = *lock.trial;
+    // Numbers plain (the reader takes no quoted number), with the digits that read back the
+    // same value.
+    auto number = [](double v) {
+      char buf[40];
+      std::snprintf(buf, sizeof buf, "%.17g", v);
+      return std::string(buf);
+    };
+    out +=
+        "# What a trial run of the job's model gave on that node; a node's trial is held\n"
+        "# against it when its signature is the same (`kiln preflight --job --level full`).\n"
+        "trial:\n  job: " +
+        quoted(t.job) + "\n  signature: " + quoted(t.signature) + "\n  loss: " + number(t.loss) +
+        "\n  tokens_per_s: " + number(t.tokens_per_s) + "\n  loss_rtol: " + number(t.loss_rtol) +
+        "\n  tokens_per_s_fraction: " + number(t.tokens_per_s_fraction) + "\n";
+  }
   return out;
 }
 
-Result<Stack> load_lock(const std::string& path) {
+Result<Lock> load_lock(const std::string& path) {
   KILN_ASSIGN_OR_RETURN(ConfigDocument doc, ConfigDocument::load_file(path));
   ConfigReader root = doc.root();
   std::string schema;
@@ -208,10 +225,21 @@ Result<Stack> load_lock(const std::string& path) {
   std::string node;
   std::string at;
   root.section("taken_from").read_string("node", &node).read_string("at", &at);
-  Stack stack;
-  root.read_string_map("stack", &stack, kRequired);
+  Lock lock;
+  root.read_string_map("stack", &lock.stack, kRequired);
+  if (root.has("trial")) {
+    TrialExpectation t;
+    root.section("trial")
+        .read_string("job", &t.job)
+        .read_string("signature", &t.signature, kRequired)
+        .read_double("loss", &t.loss, -1e9, 1e9, kRequired)
+        .read_double("tokens_per_s", &t.tokens_per_s, 0, 1e15, kRequired)
+        .read_double("loss_rtol", &t.loss_rtol, 0, 1)
+        .read_double("tokens_per_s_fraction", &t.tokens_per_s_fraction, 0, 1);
+    lock.trial = std::move(t);
+  }
   KILN_RETURN_IF_ERROR(doc.finish());
-  return stack;
+  return lock;
 }
 
 Result<nlohmann::json> load_facts(const std::string& path) {

@@ -136,15 +136,42 @@ TEST_F(LockFileTest, ARenderedLockReadsBackExactly) {
   stack["environment.ODD"] = "a: \"b\" # c\\d\t";
   stack["gpu.driver_version"] = "null";
   stack["kiln.git_dirty"] = "false";
-  write(render_lock(stack, "n1", "2026-12-03T06:00:00Z"));
-  Result<Stack> back = load_lock(path_.string());
+  write(render_lock(Lock{stack, std::nullopt}, "n1", "2026-12-03T06:00:00Z"));
+  Result<Lock> back = load_lock(path_.string());
   ASSERT_TRUE(back.ok()) << back.status().to_string();
-  EXPECT_EQ(*back, stack);
+  EXPECT_EQ(back->stack, stack);
+  EXPECT_FALSE(back->trial.has_value());
+}
+
+TEST_F(LockFileTest, ATrialExpectationReadsBackToTheLastBit) {
+  TrialExpectation t;
+  t.job = "jobs/a \"b\".yaml";
+  t.signature = "steps 5; --batch 4; config sha256 00ff";
+  t.loss = 10.446307182312012;  // a float's value as a double: every digit matters
+  t.tokens_per_s = 1502.3648324661824;
+  t.loss_rtol = 0.002;
+  t.tokens_per_s_fraction = 0.25;
+  write(render_lock(Lock{{{"kiln.build_id", "b1"}}, t}, "n1", "2026-12-03T06:00:00Z"));
+  Result<Lock> back = load_lock(path_.string());
+  ASSERT_TRUE(back.ok()) << back.status().to_string();
+  ASSERT_TRUE(back->trial.has_value());
+  EXPECT_EQ(back->trial->job, t.job);
+  EXPECT_EQ(back->trial->signature, t.signature);
+  EXPECT_EQ(back->trial->loss, t.loss);
+  EXPECT_EQ(back->trial->tokens_per_s, t.tokens_per_s);
+  EXPECT_EQ(back->trial->loss_rtol, t.loss_rtol);
+  EXPECT_EQ(back->trial->tokens_per_s_fraction, t.tokens_per_s_fraction);
+  // A trial without its loss is refused, naming the key.
+  write("schema: kiln.lock/1\nstack: {}\ntrial:\n  signature: s\n  tokens_per_s: 1\n");
+  Result<Lock> bad = load_lock(path_.string());
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.status().message().find("trial.loss"), std::string::npos)
+      << bad.status().to_string();
 }
 
 TEST_F(LockFileTest, ABadLockNamesFileLineAndKey) {
   write("schema: kiln.lock/1\nstack:\n  kiln.build_id: b1\nextra: 1\n");
-  Result<Stack> r = load_lock(path_.string());
+  Result<Lock> r = load_lock(path_.string());
   ASSERT_FALSE(r.ok());
   EXPECT_NE(r.status().message().find(path_.string() + ":4"), std::string::npos)
       << r.status().to_string();

@@ -79,7 +79,12 @@ std::string format_done_json(const TrainSummary& s) {
   w.field("peak_rss_bytes", s.peak_rss_bytes);
   if (s.stopped) w.text(",\"stopped\":true");
   w.text("}");
-  return std::string(w.view());
+  std::string line(w.view());
+  // Hex digits only (the caller's hash): nothing to escape.
+  if (!s.config_sha256.empty()) {
+    line.insert(line.size() - 1, ",\"config_sha256\":\"" + s.config_sha256 + "\"");
+  }
+  return line;
 }
 
 std::string_view format_progress_json(const StepReport& r, std::span<char> buf) {

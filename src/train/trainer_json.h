@@ -3,7 +3,8 @@
 //   {"step":12,"loss":6.1234,"lr":0.0006,"grad_norm":1.52,"tokens_per_s":1234.5,
 //    "step_ms":210.3,"mfu":0.21}                                  (+ "val_loss" when validated)
 //   {"event":"done","steps":300,"train_loss":3.2,"val_loss":3.9,"tokens_per_s":1250.1,
-//    "peak_rss_bytes":812345344}                                  (+ "stopped":true when stopped)
+//    "peak_rss_bytes":812345344}                                  (+ "stopped":true when stopped,
+//                                         "config_sha256":"9f86d0..." when the caller gave it)
 //
 // Numbers are written with std::to_chars (the shortest text that reads back to the same value);
 // a value that is not finite (a diverged loss) is written as null, which JSON can carry. The step

@@ -86,6 +86,13 @@ TEST(DoneJsonTest, HasEveryField) {
   EXPECT_TRUE(j["val_loss"].is_null());
   EXPECT_DOUBLE_EQ(j["tokens_per_s"].get<double>(), 1000.5);
   EXPECT_EQ(j["peak_rss_bytes"], 123456789);
+  EXPECT_FALSE(j.contains("config_sha256"));
+  // The config's digest, when the caller gave it, names what was run (a trial compares by it).
+  s.config_sha256 = std::string(64, 'a');
+  s.stopped = true;
+  const nlohmann::json k = nlohmann::json::parse(format_done_json(s));
+  EXPECT_EQ(k["config_sha256"], std::string(64, 'a'));
+  EXPECT_EQ(k["stopped"], true);
 }
 
 TEST(ProgressTest, EtaReadsAsHoursMinutesSeconds) {

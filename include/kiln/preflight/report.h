@@ -14,6 +14,7 @@
 
 #include <kiln/preflight/health.h>
 #include <kiln/preflight/stack.h>
+#include <kiln/preflight/trial.h>
 
 namespace kiln::preflight {
 
@@ -52,6 +53,14 @@ struct PreflightReport {
   double facts_s = 0;
   double links_s = 0;
   double ops_s = 0;
+  // The trial run of a job (trial.h), when one ran: each trial node's figures, the findings no
+  // one node is blamed for (they fail the preflight and cordon nothing), the trial's signature,
+  // what its figures were held against, and its seconds.
+  std::vector<TrialResult> trial;
+  std::vector<Finding> job_findings;
+  std::string trial_signature;
+  std::string trial_reference;
+  double trial_s = 0;
 };
 
 // Checks the nodes; a node without facts takes no part in the majority. `lock` may be null.
@@ -70,8 +79,10 @@ std::string summarize(const PreflightReport& report, const std::string& node,
                       size_t bytes_max = 400);
 
 // {"findings": [{node, check, path, expected, found, against}], "nodes": [{node, verdict,
-// failures, checked[, error]}], "links": [{a, b, gbps, latency_us}]}: the API's answer and
-// `kiln preflight --json`'s lines.
+// failures, checked[, error]}], "links": [{a, b, gbps, latency_us}], "seconds": {facts, links,
+// ops, trial}, "job_findings": [finding with node ""], "trial": {signature, reference, nodes:
+// [{node, ran, loss, tokens_per_s, steps[, error]}]} (trial only when one ran)}: the API's answer
+// and `kiln preflight --json`'s lines.
 nlohmann::json report_json(const PreflightReport& report);
 
 }  // namespace kiln::preflight

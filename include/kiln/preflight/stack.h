@@ -25,6 +25,7 @@
 
 #include <cstddef>
 #include <map>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -64,11 +65,39 @@ struct Finding {
 // `expected` ("a | b"). Findings come sorted by node, then path.
 std::vector<Finding> check_stacks(const std::map<std::string, Stack>& nodes, const Stack* lock);
 
-// The lock file's text for `stack`, taken from `node` at `at` (RFC 3339).
-std::string render_lock(const Stack& stack, const std::string& node, const std::string& at);
+// The lock's optional `trial:` section: what a trial run of a job's model (trial.h) gave on the
+// node the lock was taken from, and how far a node's trial may stray from it.
+//
+//   trial:
+//     job: "configs/jobs/tiny-2nodes.yaml"
+//     signature: "steps 5; --batch 4 --seq 128 --threads 1; config sha256 9f86d0..."
+//     loss: 10.446307                  # the last step's train loss
+//     tokens_per_s: 1502.36            # one rank, over the steps after the first
+//     loss_rtol: 0.0001                # an operator may widen these two
+//     tokens_per_s_fraction: 0.5
+struct TrialExpectation {
+  std::string job;        // the job file it was taken for, for people
+  std::string signature;  // trial_signature(): a trial is held against it only when equal
+  double loss = 0;
+  double tokens_per_s = 0;
+  // Same build, data, seed and shapes give the same loss up to the order of sums (another
+  // BLAS core of the same ISA moves it by about 1e-6): 1e-4 is far above that, and below what
+  // other data does in a few steps (a different corpus moved a 2-step loss by 6e-4).
+  double loss_rtol = 1e-4;
+  // Throughput varies with the host's load: half is a node that lost its cores, not noise.
+  double tokens_per_s_fraction = 0.5;
+};
+
+struct Lock {
+  Stack stack;
+  std::optional<TrialExpectation> trial;
+};
+
+// The lock file's text for `lock`, taken from `node` at `at` (RFC 3339).
+std::string render_lock(const Lock& lock, const std::string& node, const std::string& at);
 
 // Reads a lock file strictly (base/config.h): errors name the file, line and key.
-Result<Stack> load_lock(const std::string& path);
+Result<Lock> load_lock(const std::string& path);
 
 // Reads a facts document (`kiln facts --json` saved to a file, at most kFactsBytesMax): errors
 // name the file, and say what is wrong (not JSON, not an object, another schema).

@@ -29,8 +29,8 @@
 namespace kiln::sched {
 
 struct PreflightGateOptions {
-  std::string node_token;                        // the agents' token (GET /v1/facts)
-  std::shared_ptr<const preflight::Stack> lock;  // `kiln serve --lock`; null: none
+  std::string node_token;                       // the agents' token (GET /v1/facts)
+  std::shared_ptr<const preflight::Lock> lock;  // `kiln serve --lock`; null: none
   preflight::HealthThresholds thresholds;
   std::string level = "quick";  // what the loop checks due nodes at
   int64_t interval_ms = 1000;   // how often the loop asks for due nodes
@@ -46,6 +46,8 @@ struct PreflightGateOptions {
   int64_t probe_timeout_ms = 60'000;
 };
 
+struct TrialCheckOptions;  // a job's trial run: src/sched/coordinator/node_preflight.h
+
 class PreflightGate {
  public:
   // REQUIRES: coordinator outlives this.
@@ -59,9 +61,12 @@ class PreflightGate {
 
   // Checks `nodes` (at most kPreflightNodesMax) at `level` now and records the results. At
   // full, fewer than three nodes take ready nodes along as link partners (in the report too).
+  // With `trial` (at full), a job's trial run follows on the nodes that passed, held against
+  // the lock's trial when the lock records one (src/sched/coordinator/node_preflight.h).
   // kUnavailable when another check is running; kInvalidArgument for an unknown level.
   Result<preflight::PreflightReport> check(const std::vector<NodeRecord>& nodes,
-                                           const std::string& level);
+                                           const std::string& level,
+                                           const TrialCheckOptions* trial = nullptr);
   // One round of the loop: checks the coordinator's due nodes. Returns how many it checked.
   Result<size_t> check_due();
 
@@ -69,6 +74,7 @@ class PreflightGate {
 
  private:
   Result<preflight::PreflightReport> check_locked(const std::vector<NodeRecord>& nodes,
+                                                  const TrialCheckOptions* trial,
                                                   const std::string& level);
   std::string expected_isa() const;  // REQUIRES: run_mu_ held
   void add_link_partners(std::vector<NodeRecord>* nodes) const;

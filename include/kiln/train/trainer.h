@@ -103,6 +103,9 @@ struct TrainerOptions {
   // that verifies, saves asynchronously every ckpt_every steps and after the last, and keeps
   // the newest ckpt_keep.
   std::string ckpt_dir;
+  // The SHA-256 of the config file's text (hex), echoed in the final JSON line: a trial run
+  // (kiln/preflight/trial.h) compares figures only of runs of the same config. Empty: none.
+  std::string config_sha256;
   int ckpt_every = 0;
   int ckpt_keep = 3;
   // Stop after this step (0: train.max_steps) without changing the schedule, which still runs to
@@ -158,7 +161,8 @@ struct TrainSummary {
   float val_loss = 0;       // the last validation's (NaN when none ran)
   double tokens_per_s = 0;  // over the steps after the first (all steps when only one ran)
   int64_t peak_rss_bytes = 0;
-  double peak_gflops = 0;  // the peak MFU was computed against
+  double peak_gflops = 0;     // the peak MFU was computed against
+  std::string config_sha256;  // TrainerOptions::config_sha256
   // A StopRequest ended the run after `steps`, before its last step; its checkpoint (with a
   // ckpt_dir) is durable.
   bool stopped = false;

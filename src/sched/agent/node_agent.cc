@@ -357,9 +357,28 @@ struct JoinedAgent::Impl {
       out.body = R"({"error":"another probe is running on this node"})";
       return out;
     }
+    // A trial runs as the job's team user would (the rank's rights, not the agent's).
+    ProbeUser run_as;
+    if (!request->user.empty()) {
+      // getpwnam_r: ranks start on another thread, which looks users up too.
+      struct passwd entry {};
+      struct passwd* pw = nullptr;
+      std::vector<char> buf(16384);
+      if (getpwnam_r(request->user.c_str(), &entry, buf.data(), buf.size(), &pw) != 0) pw = nullptr;
+      if (pw == nullptr) {
+        probing = false;
+        out.status = 400;
+        out.body = nlohmann::json{{"error", "no Unix user '" + request->user + "' on node " +
+                                                options.node_name}}
+                       .dump();
+        return out;
+      }
+      run_as = {pw->pw_uid, pw->pw_gid};
+    }
     log.info("probe", {{"check", request->check}, {"rank", request->rank}});
     Result<slurm::CommandOutput> ran = slurm::run_command(
-        probe_command(*request, options.kiln_binary, options.node_name, options.rank_address));
+        probe_command(*request, options.kiln_binary, options.node_name, options.rank_address,
+                      request->user.empty() ? nullptr : &run_as));
     probing = false;
     if (!ran.ok()) {
       out.status = 500;

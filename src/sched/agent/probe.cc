@@ -1,7 +1,10 @@
 // Probe requests and results (probe.h).
 #include "sched/agent/probe.h"
 
+#include <algorithm>
+
 #include <kiln/launch/rank_env.h>
+#include <kiln/preflight/trial.h>
 
 namespace kiln::sched {
 namespace {
@@ -36,8 +39,61 @@ nlohmann::json to_json(const ProbeRequest& r) {
           {"seed", r.seed},
           {"bytes", r.bytes},
           {"iters", r.iters},
-          {"isa", r.isa}};
+          {"isa", r.isa},
+          {"config", r.config},
+          {"overrides", r.overrides},
+          {"steps", r.steps},
+          {"workdir", r.workdir},
+          {"user", r.user}};
 }
+
+namespace {
+
+// A trial's fields: a config and flags that `kiln train` reads as the trial means them (nothing
+// that parses as another flag), a directory, a plain user name.
+Status check_trial(const ProbeRequest& r) {
+  auto plain = [](const std::string& s) {
+    return !s.empty() && s.size() <= 4096 && s[0] != '-' &&
+           std::none_of(s.begin(), s.end(), [](char c) { return c == '\0' || c == '\n'; });
+  };
+  if (!plain(r.config)) {
+    return Status::invalid_argument("probe: config '" + r.config.substr(0, 64) +
+                                    "' is not a config path");
+  }
+  if (r.overrides.size() % 2 != 0 || r.overrides.size() > 32) {
+    return Status::invalid_argument("probe: overrides are at most 16 flag, value pairs");
+  }
+  std::vector<std::string> argv = {"kiln", "train", r.config};
+  for (size_t i = 0; i < r.overrides.size(); i += 2) {
+    if (!plain(r.overrides[i + 1])) {
+      return Status::invalid_argument("probe: the value of " + r.overrides[i] +
+                                      " is not a plain value");
+    }
+    argv.push_back(r.overrides[i]);
+    argv.push_back(r.overrides[i + 1]);
+  }
+  Result<preflight::TrialSpec> spec = preflight::trial_from_command(argv, r.steps);
+  if (!spec.ok()) return Status::invalid_argument("probe: " + spec.status().message());
+  // Only flags the trial keeps: one it would drop has no business in a probe.
+  if (spec->overrides != r.overrides) {
+    return Status::invalid_argument("probe: overrides hold a flag that does not shape the trial");
+  }
+  if (r.workdir.empty() || r.workdir[0] != '/' || !plain(r.workdir)) {
+    return Status::invalid_argument("probe: workdir '" + r.workdir.substr(0, 64) +
+                                    "' is not an absolute directory");
+  }
+  const bool user_ok =
+      r.user.size() <= 32 &&
+      std::all_of(r.user.begin(), r.user.end(),
+                  [](char c) {
+                    return (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '_' || c == '-';
+                  }) &&
+      (r.user.empty() || r.user[0] != '-');
+  if (!user_ok) return Status::invalid_argument("probe: user '" + r.user.substr(0, 32) + "'");
+  return Status();
+}
+
+}  // namespace
 
 Result<ProbeRequest> probe_request_from_json(const nlohmann::json& j) {
   if (!j.is_object()) return Status::invalid_argument("probe: the request is not a JSON object");
@@ -55,8 +111,17 @@ Result<ProbeRequest> probe_request_from_json(const nlohmann::json& j) {
     }
     return r;
   }
+  if (r.check == "trial") {
+    KILN_ASSIGN_OR_RETURN(r.config, field<std::string>(j, "config"));
+    KILN_ASSIGN_OR_RETURN(r.overrides, field<std::vector<std::string>>(j, "overrides"));
+    KILN_ASSIGN_OR_RETURN(r.steps, field<int>(j, "steps"));
+    KILN_ASSIGN_OR_RETURN(r.workdir, field<std::string>(j, "workdir"));
+    KILN_ASSIGN_OR_RETURN(r.user, field<std::string>(j, "user"));
+    KILN_RETURN_IF_ERROR(check_trial(r));
+    return r;
+  }
   if (r.check != "links") {
-    return Status::invalid_argument("probe: check '" + r.check + "': links or ops");
+    return Status::invalid_argument("probe: check '" + r.check + "': links, ops or trial");
   }
   KILN_ASSIGN_OR_RETURN(r.rank, field<int>(j, "rank"));
   KILN_ASSIGN_OR_RETURN(r.world, field<int>(j, "world"));
@@ -103,10 +168,25 @@ Result<ProbeResult> probe_result_from_json(const nlohmann::json& j) {
 }
 
 slurm::CommandSpec probe_command(const ProbeRequest& r, const std::string& kiln_binary,
-                                 const std::string& node_name, const std::string& rank_address) {
+                                 const std::string& node_name, const std::string& rank_address,
+                                 const ProbeUser* user) {
   slurm::CommandSpec spec;
   spec.timeout_ms = r.timeout_ms;
   spec.output_max = kProbeOutputMax * 4;
+  if (r.check == "trial") {
+    if (user != nullptr) {
+      spec.argv = {"setpriv", "--reuid=" + std::to_string(user->uid),
+                   "--regid=" + std::to_string(user->gid), "--init-groups", "--"};
+    }
+    spec.argv.push_back(kiln_binary);
+    preflight::TrialSpec trial{r.config, r.overrides, r.steps};
+    for (std::string& a : preflight::trial_args(trial))
+      spec.argv.push_back(std::move(a));
+    spec.cwd = r.workdir;
+    // Its own node's name in its log lines; no rank environment: it trains alone.
+    spec.env = {{"KILN_HOST", node_name}};
+    return spec;
+  }
   if (r.check == "ops") {
     spec.argv = {kiln_binary, "ops-check", "--json", "--isa", r.isa};
     return spec;

@@ -3,6 +3,8 @@
 // kiln binary, so that what is measured is the node's build, not the coordinator's:
 //   links  `kiln link-check`, one rank per node of the check (kiln/preflight/link_probe.h)
 //   ops    `kiln ops-check --json --isa ISA`, the optimised path the stack should take
+//   trial  `kiln train CONFIG --max-steps N --json ...`, a job's trial (kiln/preflight/trial.h),
+//          in the job's directory, as its team's Unix user when the coordinator maps one
 // The request names only the check and its parameters: an agent never runs a command line it
 // was sent. Private to src/sched/ (the agent runs probes, the coordinator's preflight asks).
 #ifndef KILN_SCHED_AGENT_PROBE_H_
@@ -10,12 +12,13 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
 #include <kiln/base/result.h>
 
-#include "sched/slurm/command.h"
+#include <kiln/sched/command.h>
 
 namespace kiln::sched {
 
@@ -38,6 +41,20 @@ struct ProbeRequest {
   int iters = 3;
   // ops: the ISA whose kernels are checked (the one the stack should dispatch to).
   std::string isa;
+  // trial: the job's config and the flags of its command that shape the computation (only
+  // those trial_from_command keeps), the steps, the job's directory (absolute) and the Unix user
+  // it runs as (empty: the agent's).
+  std::string config;
+  std::vector<std::string> overrides;
+  int steps = 0;
+  std::string workdir;
+  std::string user;
+};
+
+// Who a trial runs as: the user's ids on this node.
+struct ProbeUser {
+  uint32_t uid = 0;
+  uint32_t gid = 0;
 };
 
 struct ProbeResult {
@@ -53,9 +70,11 @@ nlohmann::json to_json(const ProbeResult& result);
 Result<ProbeResult> probe_result_from_json(const nlohmann::json& j);
 
 // The command the agent runs: `kiln_binary` with the check's arguments and, for links, the rank
-// environment (node_name as KILN_HOST; rank_address, when set, as KILN_COMM_ADDR).
+// environment (node_name as KILN_HOST; rank_address, when set, as KILN_COMM_ADDR). A trial with
+// `user` runs under setpriv(1) as that user, with its groups.
 slurm::CommandSpec probe_command(const ProbeRequest& request, const std::string& kiln_binary,
-                                 const std::string& node_name, const std::string& rank_address);
+                                 const std::string& node_name, const std::string& rank_address,
+                                 const ProbeUser* user = nullptr);
 
 }  // namespace kiln::sched
 

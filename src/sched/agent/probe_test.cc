@@ -60,6 +60,62 @@ TEST(ProbeTest, AnOpsRequestRunsOpsCheckAtTheExpectedIsa) {
             (std::vector<std::string>{"kiln", "ops-check", "--json", "--isa", "avx512"}));
 }
 
+ProbeRequest trial_request() {
+  ProbeRequest r;
+  r.check = "trial";
+  r.timeout_ms = 300'000;
+  r.config = "configs/tiny.yaml";
+  r.overrides = {"--threads", "1", "--batch", "4"};
+  r.steps = 5;
+  r.workdir = "/home/alice/run";
+  r.user = "alice";
+  return r;
+}
+
+TEST(ProbeTest, ATrialRunsTheTrainerInTheJobsDirectoryAsItsUser) {
+  Result<ProbeRequest> back = probe_request_from_json(to_json(trial_request()));
+  ASSERT_TRUE(back.ok()) << back.status().to_string();
+  const ProbeUser alice{1001, 1002};
+  const slurm::CommandSpec spec = probe_command(*back, "/opt/kiln/bin/kiln", "h1", "", &alice);
+  EXPECT_EQ(spec.argv, (std::vector<std::string>{
+                           "setpriv", "--reuid=1001", "--regid=1002", "--init-groups", "--",
+                           "/opt/kiln/bin/kiln", "train", "configs/tiny.yaml", "--max-steps", "5",
+                           "--val-every", "0", "--json", "--threads", "1", "--batch", "4"}));
+  EXPECT_EQ(spec.cwd, "/home/alice/run");
+  EXPECT_EQ(spec.timeout_ms, 300'000);
+  // Without a user, as the agent's own.
+  EXPECT_EQ(probe_command(*back, "kiln", "h1", "").argv[0], "kiln");
+}
+
+TEST(ProbeTest, ATrialRequestCarriesNoOtherFlagsOrCommands) {
+  auto refused = [](const ProbeRequest& r, const std::string& words) {
+    Result<ProbeRequest> back = probe_request_from_json(to_json(r));
+    ASSERT_FALSE(back.ok()) << to_json(r).dump();
+    EXPECT_NE(back.status().message().find(words), std::string::npos) << back.status().message();
+  };
+  ProbeRequest r = trial_request();
+  r.config = "--export=/etc/passwd";
+  refused(r, "is not a config path");
+  r = trial_request();
+  r.overrides = {"--export", "/tmp/w"};
+  refused(r, "does not shape the trial");
+  r.overrides = {"--nproc", "8"};
+  refused(r, "'--nproc'");
+  r.overrides = {"--batch", "--export"};
+  refused(r, "the value of --batch is not a plain value");
+  r.overrides = {"--batch"};
+  refused(r, "flag, value pairs");
+  r = trial_request();
+  r.workdir = "relative/dir";
+  refused(r, "workdir 'relative/dir' is not an absolute directory");
+  r = trial_request();
+  r.user = "root; rm";
+  refused(r, "user 'root; rm'");
+  r = trial_request();
+  r.steps = 0;
+  refused(r, "0 steps is outside");
+}
+
 TEST(ProbeTest, BadRequestsAreRefusedNamingTheField) {
   auto refused = [](nlohmann::json j, const std::string& words) {
     Result<ProbeRequest> r = probe_request_from_json(j);
@@ -73,7 +129,7 @@ TEST(ProbeTest, BadRequestsAreRefusedNamingTheField) {
     j[key] = std::move(value);
     return j;
   };
-  refused(with("check", "rm -rf /"), "check 'rm -rf /': links or ops");
+  refused(with("check", "rm -rf /"), "check 'rm -rf /': links, ops or trial");
   refused(with("timeout_ms", 10'000'000), "timeout_ms 10000000 is outside");
   refused(with("rank", 4), "rank 4 of world 4");
   refused(with("world", 1), "rank 2 of world 1");

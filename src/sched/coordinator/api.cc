@@ -284,18 +284,88 @@ class Routes {
                                    " nodes per request; name them with ?nodes=");
     }
     const std::string level = req.param("level").empty() ? "quick" : req.param("level");
+    return run_preflight(caller, chosen, level, nullptr, wanted.empty() ? "*" : wanted);
+  }
+
+  // POST /v1/preflight {"job": YAML, "source", "workdir"[, "level", "team", "trial_steps",
+  // "trial_nodes"]}: the nodes the job could run on, at the job's level (quick when it asks
+  // none), and at full the job's trial run.
+  HttpResponse preflight_job(const HttpRequest& req) const {
+    Caller caller;
+    if (auto denied = user(req, &caller)) return *denied;
+    if (!caller.admin) return error_answer(403, "preflight needs an admin token");
+    json body = json::parse(req.body, nullptr, /*allow_exceptions=*/false);
+    if (!body.is_object()) return error_answer(400, "the body is not a JSON object");
+    Result<std::string> yaml = field<std::string>(body, "job");
+    Result<std::string> workdir = field<std::string>(body, "workdir");
+    if (!yaml.ok()) return error_answer(400, yaml.status().message());
+    if (!workdir.ok()) return error_answer(400, workdir.status().message());
+    if (workdir->empty() || (*workdir)[0] != '/') {
+      return error_answer(400, "workdir '" + *workdir + "' is not an absolute path");
+    }
+    const std::string source = field_or<std::string>(body, "source", "job.yaml");
+    Result<JobSpec> spec = parse_job_spec(*yaml, source);
+    if (!spec.ok()) return error_answer(400, spec.status().message());
+    std::string level = field_or<std::string>(body, "level", "");
+    if (level.empty()) {
+      level = spec->preflight == PreflightLevel::kNone
+                  ? "quick"
+                  : std::string(preflight_level_name(spec->preflight));
+    }
+    const int steps = field_or<int>(body, "trial_steps", preflight::kTrialStepsDefault);
+    const int trial_nodes = field_or<int>(body, "trial_nodes", preflight::kTrialNodesDefault);
+    if (trial_nodes < 1 || trial_nodes > preflight::kTrialNodesMax) {
+      return error_answer(400, "trial_nodes " + std::to_string(trial_nodes) + " is outside 1.." +
+                                   std::to_string(preflight::kTrialNodesMax));
+    }
+    TrialCheckOptions trial;
+    if (level == "full") {
+      Result<preflight::TrialSpec> t = preflight::trial_from_command(spec->command, steps);
+      if (!t.ok()) return error_answer(400, source + ": " + t.status().message());
+      trial.spec = std::move(*t);
+      trial.workdir = *workdir;
+      trial.nodes = trial_nodes;
+      // The trial runs with the rights the job's ranks would have: its team's Unix user.
+      trial.user = c_.tokens->unix_user_of(field_or<std::string>(body, "team", caller.team));
+    }
+    Result<std::vector<NodeRecord>> all = c_.coordinator->nodes();
+    if (!all.ok()) return error_answer(500, all.status().message());
+    // The nodes the job could be placed on: up, and of a GPU model it accepts.
+    const std::vector<std::string> models = split_gpu_models(spec->gpu_model);
+    std::vector<NodeRecord> chosen;
+    for (const NodeRecord& n : *all) {
+      if (n.state == "down") continue;
+      auto model = n.labels.find("gpu_model");
+      const std::string m = model == n.labels.end() ? "" : model->second;
+      if (!models.empty() && std::find(models.begin(), models.end(), m) == models.end()) continue;
+      chosen.push_back(n);
+    }
+    if (chosen.empty()) return error_answer(409, "no node that is up can take job " + spec->name);
+    if (chosen.size() > kPreflightNodesMax) {
+      return error_answer(400, "job " + spec->name + " could run on " +
+                                   std::to_string(chosen.size()) +
+                                   " nodes; preflight checks at most " +
+                                   std::to_string(kPreflightNodesMax) + " per request");
+    }
+    return run_preflight(caller, chosen, level, level == "full" ? &trial : nullptr,
+                         "job " + spec->name);
+  }
+
+  HttpResponse run_preflight(const Caller& caller, const std::vector<NodeRecord>& chosen,
+                             const std::string& level, const TrialCheckOptions* trial,
+                             const std::string& what) const {
     if (level != "quick" && level != "full") {
       return error_answer(400, "level '" + level + "': quick or full");
     }
     if (c_.preflight == nullptr) return error_answer(503, "this coordinator runs no preflight");
-    Result<preflight::PreflightReport> report = c_.preflight->check(chosen, level);
+    Result<preflight::PreflightReport> report = c_.preflight->check(chosen, level, trial);
     if (!report.ok()) {
       return error_answer(report.status().is_unavailable()                         ? 503
                           : report.status().code() == StatusCode::kInvalidArgument ? 400
                                                                                    : 500,
                           report.status().message());
     }
-    audit(caller, "preflight", wanted.empty() ? "*" : wanted, "ok");
+    audit(caller, "preflight", what, "ok");
     json body = preflight::report_json(*report);
     body["lock"] = c_.preflight->has_lock();
     body["level"] = level;
@@ -547,6 +617,8 @@ void add_api_routes(obs::HttpServer* server, const ApiContext& context) {
                 [routes](const HttpRequest& r) { return routes->cordon(r, false); });
   server->route("GET", "/v1/preflight",
                 [routes](const HttpRequest& r) { return routes->preflight(r); });
+  server->route("POST", "/v1/preflight",
+                [routes](const HttpRequest& r) { return routes->preflight_job(r); });
   server->route("POST", "/v1/agent/report",
                 [routes](const HttpRequest& r) { return routes->report(r); });
 }

@@ -325,4 +325,51 @@ void full_checks(const std::vector<NodeRecord>& nodes, const std::string& node_t
   preflight::add_findings(report, std::move(more));
 }
 
+void trial_check(const std::vector<NodeRecord>& nodes, const std::string& node_token,
+                 const TrialCheckOptions& options, preflight::PreflightReport* report) {
+  const int64_t t0 = monotonic_now_ns();
+  std::vector<const NodeRecord*> chosen;
+  for (const preflight::NodeVerdict& v : report->nodes) {
+    if (v.verdict != "pass" || static_cast<int>(chosen.size()) >= options.nodes) continue;
+    for (const NodeRecord& n : nodes)
+      if (n.name == v.node) chosen.push_back(&n);
+  }
+  if (chosen.empty()) {
+    report->job_findings.push_back({"", "trial.run", "a node that passed the other checks",
+                                    "none: the trial did not run", "trial nodes", "trial"});
+    return;
+  }
+  std::vector<Result<ProbeResult>> results = probe_all(chosen, node_token, [&](size_t) {
+    ProbeRequest r;
+    r.check = "trial";
+    r.timeout_ms = options.timeout_ms;
+    r.config = options.spec.config;
+    r.overrides = options.spec.overrides;
+    r.steps = options.spec.steps;
+    r.workdir = options.workdir;
+    r.user = options.user;
+    return r;
+  });
+  std::vector<preflight::TrialResult> trial;
+  for (size_t i = 0; i < chosen.size(); ++i) {
+    const Result<ProbeResult>& r = results[i];
+    if (r.ok()) {
+      trial.push_back(preflight::parse_trial_output(chosen[i]->name, r->exit_code, r->out, r->err));
+    } else {
+      preflight::TrialResult failed;
+      failed.node = chosen[i]->name;
+      failed.error = r.status().message();
+      trial.push_back(std::move(failed));
+    }
+  }
+  preflight::TrialJudgement j = preflight::judge_trials(trial, options.spec, options.expected);
+  report->trial = std::move(trial);
+  report->trial_signature = j.signature;
+  report->trial_reference = j.reference;
+  for (preflight::Finding& f : j.job)
+    report->job_findings.push_back(std::move(f));
+  preflight::add_findings(report, std::move(j.nodes));
+  report->trial_s = static_cast<double>(monotonic_now_ns() - t0) / 1e9;
+}
+
 }  // namespace kiln::sched

@@ -12,6 +12,7 @@
 
 #include <kiln/preflight/links.h>
 #include <kiln/preflight/report.h>
+#include <kiln/preflight/trial.h>
 #include <kiln/sched/state_store.h>
 
 namespace kiln::sched {
@@ -52,6 +53,24 @@ struct FullCheckOptions {
 // finding of its own ("links.probe").
 void full_checks(const std::vector<NodeRecord>& nodes, const std::string& node_token,
                  const FullCheckOptions& options, preflight::PreflightReport* report);
+
+// A job's trial run (kiln/preflight/trial.h) at the full level of `kiln preflight --job`.
+struct TrialCheckOptions {
+  preflight::TrialSpec spec;
+  std::string workdir;  // the job's directory (absolute): the trial's paths are relative to it
+  std::string user;     // the team's Unix user on the nodes; empty: the agents'
+  int nodes = preflight::kTrialNodesDefault;
+  // Five steps of a 124M-parameter model on a CPU take about a minute; five minutes is a trial
+  // that hangs.
+  int64_t timeout_ms = 300'000;
+  const preflight::TrialExpectation* expected = nullptr;  // the lock's; may be null
+};
+
+// Runs the trial at once on the first `options.nodes` nodes of `report` that passed every other
+// check, and adds its findings: those that name a node to the node's verdict, the others to
+// report->job_findings; with no node to run on, a job finding says so.
+void trial_check(const std::vector<NodeRecord>& nodes, const std::string& node_token,
+                 const TrialCheckOptions& options, preflight::PreflightReport* report);
 
 }  // namespace kiln::sched
 

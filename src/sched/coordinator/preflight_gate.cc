@@ -53,12 +53,13 @@ void PreflightGate::stop() {
 }
 
 Result<preflight::PreflightReport> PreflightGate::check(const std::vector<NodeRecord>& nodes,
-                                                        const std::string& level) {
+                                                        const std::string& level,
+                                                        const TrialCheckOptions* trial) {
   std::unique_lock<std::mutex> lock(run_mu_, std::try_to_lock);
   if (!lock.owns_lock()) {
     return Status::unavailable("another preflight is running; try again when it has answered");
   }
-  return check_locked(nodes, level);
+  return check_locked(nodes, trial, level);
 }
 
 Result<size_t> PreflightGate::check_due() {
@@ -89,7 +90,7 @@ Result<size_t> PreflightGate::check_due() {
   for (const auto& [nodes, level] :
        {std::pair{&at_gate, options_.level}, std::pair{&at_full, std::string("full")}}) {
     if (nodes->empty()) continue;
-    KILN_RETURN_IF_ERROR(check_locked(*nodes, level).status());
+    KILN_RETURN_IF_ERROR(check_locked(*nodes, nullptr, level).status());
     checked += nodes->size();
   }
   return checked;
@@ -112,8 +113,8 @@ void PreflightGate::add_link_partners(std::vector<NodeRecord>* nodes) const {
 std::string PreflightGate::expected_isa() const {
   constexpr const char* kPath = "cpu.best_isa";
   if (options_.lock != nullptr) {
-    auto it = options_.lock->find(kPath);
-    if (it != options_.lock->end()) return it->second;
+    auto it = options_.lock->stack.find(kPath);
+    if (it != options_.lock->stack.end()) return it->second;
   }
   std::map<std::string, size_t> votes;
   for (const auto& [node, stack] : stacks_) {
@@ -129,6 +130,7 @@ std::string PreflightGate::expected_isa() const {
 }
 
 Result<preflight::PreflightReport> PreflightGate::check_locked(const std::vector<NodeRecord>& nodes,
+                                                               const TrialCheckOptions* trial,
                                                                const std::string& level) {
   if (level != "quick" && level != "full") {
     return Status::invalid_argument("preflight level '" + level + "': quick or full");
@@ -149,8 +151,9 @@ Result<preflight::PreflightReport> PreflightGate::check_locked(const std::vector
   std::map<std::string, preflight::Stack> peers;
   for (const auto& [name, stack] : stacks_)
     if (down.count(name) == 0) peers.emplace(name, stack);
-  preflight::PreflightReport report = preflight_nodes(
-      with_partners, options_.node_token, options_.lock.get(), options_.thresholds, &peers);
+  preflight::PreflightReport report =
+      preflight_nodes(with_partners, options_.node_token,
+                      options_.lock ? &options_.lock->stack : nullptr, options_.thresholds, &peers);
   for (const NodeRecord& n : with_partners) {
     auto it = peers.find(n.name);
     if (it != peers.end()) stacks_[n.name] = it->second;
@@ -167,6 +170,12 @@ Result<preflight::PreflightReport> PreflightGate::check_locked(const std::vector
     full.seed = static_cast<uint64_t>(wall_now_ns());
     full.isa = expected_isa();
     full_checks(with_partners, options_.node_token, full, &report);
+    if (trial != nullptr) {
+      TrialCheckOptions t = *trial;
+      t.expected =
+          options_.lock != nullptr && options_.lock->trial ? &*options_.lock->trial : nullptr;
+      trial_check(with_partners, options_.node_token, t, &report);
+    }
   }
   KILN_RETURN_IF_ERROR(coordinator_->record_preflight(report, level));
   return report;

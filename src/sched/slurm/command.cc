@@ -1,4 +1,4 @@
-#include "sched/slurm/command.h"
+#include <kiln/sched/command.h>
 
 #include <fcntl.h>
 #include <poll.h>
@@ -76,6 +76,7 @@ Result<CommandOutput> run_command(const CommandSpec& spec) {
   posix_spawn_file_actions_addopen(&files, 0, "/dev/null", O_RDONLY, 0);
   posix_spawn_file_actions_adddup2(&files, out_pipe[1], 1);
   posix_spawn_file_actions_adddup2(&files, err_pipe[1], 2);
+  if (!spec.cwd.empty()) posix_spawn_file_actions_addchdir_np(&files, spec.cwd.c_str());
   // The coordinator blocks SIGTERM/SIGINT in every thread to take them with sigwait; the tool
   // must get the default mask back or a timeout's SIGKILL would be its only way out.
   posix_spawnattr_t attr;
@@ -107,7 +108,7 @@ Result<CommandOutput> run_command(const CommandSpec& spec) {
   if (rc != 0) {
     close_fd(out_pipe[0]);
     close_fd(err_pipe[0]);
-    return os_error(what, "spawn", rc);
+    return os_error(spec.cwd.empty() ? what : what + " in " + spec.cwd, "spawn", rc);
   }
   CommandOutput result;
   const int64_t deadline = now_ms() + spec.timeout_ms;

@@ -1,4 +1,4 @@
-#include "sched/slurm/command.h"
+#include <kiln/sched/command.h>
 
 #include <gtest/gtest.h>
 
@@ -49,6 +49,20 @@ TEST(RunCommand, NamesAProgramThatDoesNotExist) {
   Result<CommandOutput> r = run_command(spec);
   ASSERT_FALSE(r.ok());
   EXPECT_NE(r.status().to_string().find("kiln-no-such-program"), std::string::npos);
+}
+
+TEST(RunCommand, RunsInTheGivenDirectoryOrNamesIt) {
+  CommandSpec spec;
+  spec.argv = {"pwd"};
+  spec.cwd = "/tmp";
+  Result<CommandOutput> r = run_command(spec);
+  ASSERT_TRUE(r.ok()) << r.status().to_string();
+  EXPECT_EQ(r->out, "/tmp\n");
+  spec.cwd = "/kiln-no-such-directory";
+  r = run_command(spec);
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.status().to_string().find("in /kiln-no-such-directory"), std::string::npos)
+      << r.status().to_string();
 }
 
 }  // namespace

@@ -13,7 +13,7 @@
 #include <kiln/base/file_system.h>
 #include <kiln/sched/slurm.h>
 
-#include "sched/slurm/command.h"
+#include <kiln/sched/command.h>
 
 namespace kiln::sched {
 namespace {

@@ -1,9 +1,10 @@
-// Running a short command-line tool (sbatch, squeue, sinfo, scontrol, scancel) and reading what it
-// printed, with a deadline and a bound on the output: a hung slurmctld or a tool that prints
-// without end costs the caller at most timeout_ms and output_max bytes, never the coordinator.
-// Private to src/sched/ (the Slurm executor; the node agent's preflight probes, agent/probe.h).
-#ifndef KILN_SCHED_SLURM_COMMAND_H_
-#define KILN_SCHED_SLURM_COMMAND_H_
+// Running a short command-line tool (sbatch, squeue, sinfo, scontrol, scancel, a preflight probe
+// of kiln itself) and reading what it printed, with a deadline and a bound on the output: a hung
+// slurmctld or a tool that prints without end costs the caller at most timeout_ms and output_max
+// bytes, never the coordinator. Used by the Slurm executor, the node agent's preflight probes
+// (src/sched/agent/probe.h) and `kiln lock --trial`.
+#ifndef KILN_SCHED_COMMAND_H_
+#define KILN_SCHED_COMMAND_H_
 
 #include <cstddef>
 #include <cstdint>
@@ -19,6 +20,7 @@ struct CommandSpec {
   std::vector<std::string> argv;  // argv[0] found on PATH
   // Added to this process's environment (these win).
   std::vector<std::pair<std::string, std::string>> env;
+  std::string cwd;  // where it runs (must exist); empty: the caller's directory
   int64_t timeout_ms = 20000;
   size_t output_max = 4 << 20;  // bytes of stdout, and of stderr, kept; more is an error
 };
@@ -38,4 +40,4 @@ std::string command_line(const std::vector<std::string>& argv);
 
 }  // namespace kiln::sched::slurm
 
-#endif  // KILN_SCHED_SLURM_COMMAND_H_
+#endif  // KILN_SCHED_COMMAND_H_
