@@ -7,6 +7,7 @@ The lock records the job's trial on this machine (`kiln lock --trial`).
   cordoned; the trial's figures are in the answer.
 - Another computation than the lock's (other steps): the nodes are held against each other and
   a3 is still the odd one out.
+- A job that asks `preflight: full` waits for passes at full, which the gate then runs.
 - A job whose trial runs nowhere (its config is missing) fails the preflight as the job's
   finding, and no node is cordoned for it; a job that is not `kiln train` is refused, named.
 """
@@ -114,6 +115,20 @@ class TrialRunTest(unittest.TestCase):
         except AssertionError:
             with open(os.path.join(self.tmp.name, "a3", "agent.out")) as f:
                 raise AssertionError(f"nodes: {cluster.node_list()}\na3: {f.read()[-2000:]}")
+
+        # A job that asks `preflight: full` is not placed on quick passes: the gate checks the
+        # idle nodes at full, then places it.
+        spec = os.path.join(self.job_dir, "asks-full.yaml")
+        with open(spec, "w") as f:
+            f.write('name: asks-full\ncommand: [sleep, "600"]\nnodes: 2\npreflight: full\n')
+        full_job = cluster.submit(spec, cwd=self.job_dir)
+        placed = cluster.wait_state(full_job, "running", 120)
+        nodes = {n["name"]: n for n in cluster.node_list()}
+        for name in placed["nodes"]:
+            self.assertEqual(nodes[name]["preflight"]["level"], "full", nodes[name])
+        self.assertRegex(cluster.kiln("nodes").stdout, r"pass full")
+        cluster.kiln("cancel", full_job)
+        cluster.wait_state(full_job, "cancelled", 60)
 
         # Against the lock.
         r, findings, trial, verdicts, last = self.preflight(

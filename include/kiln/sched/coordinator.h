@@ -277,10 +277,15 @@ class Coordinator {
   // --- the preflight gate (CoordinatorOptions::preflight_level; preflight_gate.h) ---
   // (A cordon preflight made reads "preflight LEVEL: findings"; preflight_cordon_level() gives
   // its LEVEL, "" for any other node.)
-  // Nodes whose check is due: never checked, checked below the gate's level, by another agent
-  // than the one reporting now, or nine tenths of the way to its validity; failed ones again
-  // retry_ms after the check. Ready, suspect or cordoned by preflight; with an agent to ask.
+  // Nodes whose check is due: never checked, checked below the gate's level (idle ones: below
+  // preflight_level()), by another agent than the one reporting now, or nine tenths of the way
+  // to its validity; failed ones again retry_ms after the check. Ready, suspect or cordoned by
+  // preflight; with an agent to ask.
   std::vector<NodeRecord> preflight_due(int64_t retry_ms);
+  // The level due nodes are checked at: the gate's, or "full" while a waiting job's spec asks
+  // `preflight: full` (a job is placed only on nodes whose valid pass is at its level); "" with
+  // the gate off.
+  std::string preflight_level();
   // Ready nodes that run nothing, with an agent, none of `taken`: at most n link partners for a
   // full check of too few nodes.
   std::vector<NodeRecord> preflight_partners(const std::vector<std::string>& taken, size_t n);

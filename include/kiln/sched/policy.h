@@ -82,6 +82,9 @@ struct NodeView {
   std::string gpu_model;
   NodeResources capacity;
   NodeResources used;  // by every allocation, stopping ones included
+  // The level of the node's valid preflight pass (kiln/sched/preflight_gate.h): 0 none (or
+  // expired), 1 quick, 2 full. A job that asks a level is placed only on nodes at or above it.
+  int preflight_level = 2;
 };
 
 enum class DomainLevel { kNone = 0, kRack = 1, kSwitch = 2 };
@@ -107,7 +110,8 @@ struct JobView {
   int min_nodes = 1;
   NodeResources per_node;               // what each of its nodes must have free
   std::vector<std::string> gpu_models;  // any of these; empty: any node
-  double time_limit_s = 0;              // 0: none (it can only backfill where it delays nobody)
+  int preflight_level = 0;  // its nodes' NodeView::preflight_level must be at least this
+  double time_limit_s = 0;  // 0: none (it can only backfill where it delays nobody)
   TopologySpec topology;
   // Nodes this job should avoid (its last attempt's culprit); used only when nothing else fits.
   std::vector<std::string> avoid;

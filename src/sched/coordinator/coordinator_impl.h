@@ -144,6 +144,11 @@ struct Coordinator::Impl {
   // With the gate on: the node passed preflight at the gate's level, within its validity, as
   // answered by the agent that reports for it now.
   bool preflight_admits(const std::string& name, const NodeRecord& node);
+  // The level of the node's valid pass (0 none or expired, 1 quick, 2 full), for a job's own
+  // `preflight:` level; 2 with the gate off or under an external manager (nothing is checked).
+  int preflight_pass_level(const std::string& name, const NodeRecord& node);
+  // What the gate's runner checks at: the gate's level, or full while a waiting job asks it.
+  std::string preflight_wanted_level() const;
   // "N node(s) await preflight (quick): a, b" for a waiting job's reason; empty if none.
   std::string awaiting_preflight();
   bool cordoned_for_faults(const NodeRecord& node) const;

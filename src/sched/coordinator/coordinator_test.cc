@@ -656,6 +656,51 @@ TEST_F(GateTest, NoJobIsPlacedOnANodeBeforeItPassesAndTheJobSaysSo) {
   EXPECT_EQ(n2.preflight.checked_ns, clock_.wall_ns());
 }
 
+TEST_F(GateTest, AJobThatAsksFullRunsOnlyOnNodesThatPassedFull) {
+  ASSERT_TRUE(coordinator_
+                  ->record_preflight(
+                      preflight_of({"local-0", "local-1", "local-2", "local-3"}, {}, incarnations_),
+                      "quick")
+                  .ok());
+  EXPECT_EQ(coordinator_->preflight_level(), "quick");
+  EXPECT_TRUE(due_names().empty());
+  JobSpec full = spec(2);
+  full.preflight = PreflightLevel::kFull;
+  const std::string id = submit(full);
+  // Quick passes do not admit it; the runner checks the idle nodes at full now.
+  EXPECT_EQ(job(id).state, "queued");
+  Result<JobStatus> st = coordinator_->job(admin_, id);
+  EXPECT_NE(st->waiting.find("4 matching node(s) without a valid preflight pass at full (the "
+                             "job's `preflight:`)"),
+            std::string::npos)
+      << st->waiting;
+  EXPECT_EQ(coordinator_->preflight_level(), "full");
+  EXPECT_EQ(due_names(), (std::vector<std::string>{"local-0", "local-1", "local-2", "local-3"}));
+  // A job that asks nothing still runs on quick passes meanwhile.
+  const std::string plain = submit(spec(1));
+  EXPECT_EQ(job(plain).state, "placed");
+  ASSERT_EQ(job(plain).nodes.size(), 1u);
+  std::vector<std::string> idle;
+  for (const char* n : {"local-0", "local-1", "local-2", "local-3"})
+    if (n != job(plain).nodes[0] && idle.size() < 2) idle.push_back(n);
+  ASSERT_TRUE(coordinator_->record_preflight(preflight_of(idle, {}, incarnations_), "full").ok());
+  EXPECT_EQ(job(id).state, "placed");
+  EXPECT_EQ(job(id).nodes, idle);
+  // Nothing waits for full any more: the gate's own level again.
+  EXPECT_EQ(coordinator_->preflight_level(), "quick");
+}
+
+TEST_F(CoordinatorTest, AJobThatAsksPreflightIsRefusedWhereNothingChecksNodes) {
+  JobSpec s = spec(1);
+  s.preflight = PreflightLevel::kQuick;
+  Result<JobRecord> j = coordinator_->submit(admin_, s, "/work");
+  ASSERT_FALSE(j.ok());
+  EXPECT_NE(j.status().message().find("asks preflight: quick, but this coordinator runs no "
+                                      "preflight gate (kiln serve --preflight off)"),
+            std::string::npos)
+      << j.status().to_string();
+}
+
 TEST_F(GateTest, AFailingNodeIsCordonedWithItsFindingsAndTheJobRunsOnTheConsistentOnes) {
   ASSERT_TRUE(
       coordinator_

@@ -51,13 +51,36 @@ bool Coordinator::Impl::cordoned_for_faults(const NodeRecord& node) const {
 
 bool Coordinator::Impl::preflight_admits(const std::string& name, const NodeRecord& node) {
   if (options.preflight_level.empty() || external()) return true;
+  return preflight_pass_level(name, node) >= level_rank(options.preflight_level);
+}
+
+int Coordinator::Impl::preflight_pass_level(const std::string& name, const NodeRecord& node) {
+  if (options.preflight_level.empty() || external()) return 2;
   const NodePreflight& p = node.preflight;
-  if (!p.passed || level_rank(p.level) < level_rank(options.preflight_level)) return false;
-  if (wall() - p.checked_ns > options.preflight_valid_ms * kNsPerMs) return false;
+  if (!p.passed) return 0;
+  if (wall() - p.checked_ns > options.preflight_valid_ms * kNsPerMs) return 0;
   // Until the node's agent reports (after a coordinator restart) it is unknown which agent runs
   // there now; the pass holds only for the agent that answered the check.
   const NodeRuntime& nrt = node_runtime[name];
-  return nrt.reported && nrt.incarnation == p.agent;
+  if (!nrt.reported || nrt.incarnation != p.agent) return 0;
+  return level_rank(p.level);
+}
+
+std::string Coordinator::Impl::preflight_wanted_level() const {
+  if (options.preflight_level.empty() || external()) return "";
+  for (const auto& [id, job] : jobs) {
+    const JobState st = state_of(job);
+    if ((st == JobState::kQueued || st == JobState::kRestarting) &&
+        job.spec.preflight == PreflightLevel::kFull) {
+      return "full";
+    }
+  }
+  return options.preflight_level;
+}
+
+std::string Coordinator::preflight_level() {
+  std::lock_guard<std::mutex> lock(impl_->mu);
+  return impl_->preflight_wanted_level();
 }
 
 std::string Coordinator::Impl::awaiting_preflight() {
@@ -83,7 +106,10 @@ std::vector<NodeRecord> Coordinator::preflight_due(int64_t retry_ms) {
   std::vector<NodeRecord> due;
   if (s.options.preflight_level.empty() || s.external()) return due;
   const int64_t now = s.wall();
-  const int wanted = level_rank(s.options.preflight_level);
+  const int gate = level_rank(s.options.preflight_level);
+  // A waiting job that asks full raises the level for idle nodes only: a full check under a
+  // job's traffic would measure the job and slow it.
+  const int wanted = level_rank(s.preflight_wanted_level());
   const std::set<std::string> busy = s.busy_nodes();
   for (const auto& [name, node] : s.nodes) {
     const bool checkable =
@@ -98,14 +124,15 @@ std::vector<NodeRecord> Coordinator::preflight_due(int64_t retry_ms) {
     }
     const NodePreflight& p = node.preflight;
     const int64_t age_ms = (now - p.checked_ns) / kNsPerMs;
-    const bool changed =
-        p.level.empty() || level_rank(p.level) < wanted || p.agent != nrt.incarnation;
+    const bool idle = busy.count(name) == 0;
+    const bool changed = p.level.empty() || level_rank(p.level) < gate ||
+                         (idle && level_rank(p.level) < wanted) || p.agent != nrt.incarnation;
     bool is_due = changed;
     if (p.passed) {
       // A pass about to expire is renewed while the node is idle: a check under a job's
       // traffic would measure the job (its links) and slow it (ops-check takes every core).
       // A busy node whose pass expires only waits for its check until the job ends.
-      is_due = is_due || (age_ms > s.options.preflight_valid_ms / 10 * 9 && busy.count(name) == 0);
+      is_due = is_due || (age_ms > s.options.preflight_valid_ms / 10 * 9 && idle);
     } else {
       is_due = is_due || age_ms > retry_ms;
     }

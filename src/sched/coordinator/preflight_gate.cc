@@ -81,16 +81,19 @@ Result<size_t> PreflightGate::check_due() {
     }
   }
   if (due.size() > kPreflightNodesMax) due.resize(kPreflightNodesMax);  // the rest next round
-  // A node preflight cordoned at full is checked at full again: a quick pass would not lift it.
+  // The gate's level, or full while a waiting job asks it. A node preflight cordoned at full is
+  // checked at full again: a quick pass would not lift it.
+  const std::string wanted = coordinator_->preflight_level();
+  const std::string level = wanted.empty() ? options_.level : wanted;
   std::vector<NodeRecord> at_gate, at_full;
   for (NodeRecord& n : due)
-    (preflight_cordon_level(n) == "full" && options_.level != "full" ? at_full : at_gate)
+    (preflight_cordon_level(n) == "full" && level != "full" ? at_full : at_gate)
         .push_back(std::move(n));
   size_t checked = 0;
-  for (const auto& [nodes, level] :
-       {std::pair{&at_gate, options_.level}, std::pair{&at_full, std::string("full")}}) {
+  for (const auto& [nodes, lvl] :
+       {std::pair{&at_gate, level}, std::pair{&at_full, std::string("full")}}) {
     if (nodes->empty()) continue;
-    KILN_RETURN_IF_ERROR(check_locked(*nodes, nullptr, level).status());
+    KILN_RETURN_IF_ERROR(check_locked(*nodes, nullptr, lvl).status());
     checked += nodes->size();
   }
   return checked;

@@ -391,6 +391,7 @@ NodeView Coordinator::Impl::node_view(const std::string& name, const NodeRecord&
       !preflight_admits(name, node)) {
     v.state = NodeState::kCordoned;
   }
+  v.preflight_level = preflight_pass_level(name, node);
   return v;
 }
 
@@ -408,6 +409,7 @@ JobView Coordinator::Impl::job_view(const JobSpec& spec, const std::string& id,
   v.per_node.memory_bytes = int64_t{rpn} * spec.resources.memory_bytes;
   v.per_node.gpus = int64_t{rpn} * spec.resources.gpus;
   v.gpu_models = split_gpu_models(spec.gpu_model);
+  v.preflight_level = static_cast<int>(spec.preflight);  // none 0, quick 1, full 2
   v.time_limit_s = static_cast<double>(spec.time_limit_ms) / 1e3;
   v.topology.same = spec.topology_same == "switch" ? DomainLevel::kSwitch
                     : spec.topology_same == "rack" ? DomainLevel::kRack

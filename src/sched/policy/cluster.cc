@@ -181,6 +181,7 @@ Cluster::Cluster(const Snapshot& snapshot) : nodes_(&snapshot.nodes) {
   free.resize(n);
   usable.resize(n);
   suspect.resize(n);
+  preflight.resize(n);
   model.resize(n);
   pool.resize(n);
   rack.resize(n);
@@ -196,6 +197,7 @@ Cluster::Cluster(const Snapshot& snapshot) : nodes_(&snapshot.nodes) {
                c.memory_bytes > 0 ? c.memory_bytes - u.memory_bytes : kPlenty, c.gpus - u.gpus};
     usable[i] = v.state != NodeState::kCordoned && v.state != NodeState::kDown;
     suspect[i] = v.state == NodeState::kSuspect;
+    preflight[i] = static_cast<uint8_t>(std::clamp(v.preflight_level, 0, 2));
     model[i] = v.gpu_model.empty() ? kNoModel : intern(v.gpu_model, &model_ids, &model_names);
     pool[i] = intern(v.pool, &pool_ids, &pool_names);
     const std::string r = v.domain.empty() ? std::string() : v.domain[0];
@@ -216,6 +218,7 @@ Shape Cluster::shape_of(const JobView& job) const {
       for (size_t i = 0; i < model_names.size(); ++i)
         if (model_names[i] == m) s.models |= uint64_t{1} << i;
   }
+  s.preflight = static_cast<uint8_t>(std::clamp(job.preflight_level, 0, 2));
   s.min_nodes = std::max(job.min_nodes, 1);
   s.max_nodes = std::max(job.nodes, s.min_nodes);
   s.topology = job.topology;
@@ -262,7 +265,7 @@ std::optional<Choice> choose_nodes(const Cluster& cluster, const std::vector<Amo
 
 std::string explain_no_fit(const Cluster& cluster, const std::vector<Amount>& free,
                            const Shape& shape, std::string* kind) {
-  size_t fit_now = 0, offline = 0, matching = 0;
+  size_t fit_now = 0, offline = 0, matching = 0, unchecked = 0;
   for (size_t i = 0; i < cluster.size(); ++i) {
     const bool model_ok =
         ((shape.models >> cluster.model[i]) & 1) && ((shape.pools >> cluster.pool[i]) & 1);
@@ -270,6 +273,10 @@ std::string explain_no_fit(const Cluster& cluster, const std::vector<Amount>& fr
     ++matching;
     if (!cluster.usable[i]) {
       ++offline;
+      continue;
+    }
+    if (cluster.preflight[i] < shape.preflight) {
+      ++unchecked;
       continue;
     }
     if (covers(free[i], shape.need)) ++fit_now;
@@ -292,8 +299,15 @@ std::string explain_no_fit(const Cluster& cluster, const std::vector<Amount>& fr
            std::to_string(shape.min_nodes);
   }
   if (offline > 0) out += "; " + std::to_string(offline) + " matching node(s) cordoned or down";
-  *kind = offline > 0 && matching - offline < static_cast<size_t>(shape.min_nodes) ? "cordoned"
-                                                                                   : "capacity";
+  if (unchecked > 0) {
+    out += "; " + std::to_string(unchecked) +
+           " matching node(s) without a valid preflight pass at " +
+           (shape.preflight >= 2 ? "full" : "quick") + " (the job's `preflight:`)";
+  }
+  *kind = (offline > 0 || unchecked > 0) &&
+                  matching - offline - unchecked < static_cast<size_t>(shape.min_nodes)
+              ? "cordoned"
+              : "capacity";
   return out;
 }
 

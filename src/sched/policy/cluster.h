@@ -47,6 +47,7 @@ struct Shape {
   Amount need;
   uint64_t models = ~uint64_t{0};  // bit per GPU model id; all ones: any
   uint64_t pools = ~uint64_t{0};   // bit per pool id the job may use
+  uint8_t preflight = 0;           // the least NodeView::preflight_level it takes
   int min_nodes = 1;
   int max_nodes = 1;
   TopologySpec topology;
@@ -62,16 +63,18 @@ class Cluster {
 
   // Static eligibility: usable, in one of the shape's pools, of one of its models.
   bool matches(size_t i, const Shape& s) const {
-    return usable[i] && ((s.models >> model[i]) & 1) && ((s.pools >> pool[i]) & 1);
+    return usable[i] && ((s.models >> model[i]) & 1) && ((s.pools >> pool[i]) & 1) &&
+           preflight[i] >= s.preflight;
   }
 
   std::vector<Amount> free;
-  std::vector<uint8_t> usable;   // not cordoned, not down
-  std::vector<uint8_t> suspect;  // usable but a fault pointed at it recently
-  std::vector<uint8_t> model;    // id; 62: no GPU model; 63: a model beyond the 62 a mask holds
-  std::vector<uint8_t> pool;     // id; 63: a pool beyond the 62 a mask holds (never matched alone)
-  std::vector<int32_t> rack;     // id per distinct rack path
-  std::vector<int32_t> sw;       // id per distinct (rack, switch) path
+  std::vector<uint8_t> usable;     // not cordoned, not down
+  std::vector<uint8_t> suspect;    // usable but a fault pointed at it recently
+  std::vector<uint8_t> preflight;  // NodeView::preflight_level
+  std::vector<uint8_t> model;      // id; 62: no GPU model; 63: a model beyond the 62 a mask holds
+  std::vector<uint8_t> pool;  // id; 63: a pool beyond the 62 a mask holds (never matched alone)
+  std::vector<int32_t> rack;  // id per distinct rack path
+  std::vector<int32_t> sw;    // id per distinct (rack, switch) path
   std::vector<std::string> pool_names, model_names, rack_names, switch_names;
 
  private:

@@ -364,6 +364,33 @@ TEST(KilnPolicyTest, GpuModelsAndSlotsAreHonoured) {
   EXPECT_TRUE(plan.placements.empty());
 }
 
+TEST(KilnPolicyTest, AJobsPreflightLevelIsAHardFilterThatSaysWhy) {
+  Snapshot s;
+  s.nodes = grid(1, 1, 4);
+  for (NodeView& n : s.nodes)
+    n.preflight_level = 1;  // quick passes
+  s.nodes[1].preflight_level = 2;
+  s.nodes[3].preflight_level = 2;
+  JobView full = gpu_job("full", 1, 2);
+  full.preflight_level = 2;
+  s.waiting = {full};
+  Plan plan = decide(s);
+  ASSERT_EQ(plan.placements.size(), 1u);
+  EXPECT_EQ(plan.placements[0].nodes, (std::vector<std::string>{"n001", "n003"}));
+  // One full node short: it waits, and says which nodes lack the level.
+  s.nodes[3].preflight_level = 0;
+  plan = decide(s);
+  EXPECT_TRUE(plan.placements.empty());
+  ASSERT_EQ(plan.waiting.count("full"), 1u);
+  EXPECT_NE(
+      plan.waiting["full"].reason.find("3 matching node(s) without a valid preflight pass at full"),
+      std::string::npos)
+      << plan.waiting["full"].reason;
+  // Passes come and go: a job is never refused at submit for want of one.
+  std::string why;
+  EXPECT_TRUE(fits_idle_cluster(full, s.nodes, &why)) << why;
+}
+
 TEST(KilnPolicyTest, FitsIdleClusterRejectsJobsNoNodeCanEverHold) {
   const std::vector<NodeView> nodes = grid(1, 1, 2);
   std::string why;

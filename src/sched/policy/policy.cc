@@ -39,6 +39,7 @@ bool fits_idle_cluster(const JobView& job, std::vector<NodeView> nodes, std::str
   for (NodeView& n : idle.nodes) {
     n.used = NodeResources{};
     n.state = NodeState::kReady;  // cordoned and down nodes come back
+    n.preflight_level = 2;        // and pass their checks
   }
   const policy_internal::Cluster cluster(idle);
   policy_internal::Shape shape = cluster.shape_of(job);
