@@ -19,6 +19,13 @@
 //                                      results recorded on the nodes (preflight_gate.h):
 //                                      {"findings": [...], "nodes": [{node, verdict, ...}],
 //                                       "level", "lock"}; 503 while another one runs
+//   POST   /v1/preflight               {"job": YAML text, "source", "workdir"[, "level", "team",
+//                                      "trial_steps", "trial_nodes"]}  (admin) the same on the
+//                                      nodes the job could run on (up, of a GPU model it takes),
+//                                      at its `preflight:` level (quick when none); at full also
+//                                      its trial run (kiln/preflight/trial.h) as the team's Unix
+//                                      user: "trial", "job_findings"; 400 names a job that is
+//                                      not `kiln train CONFIG`, 409 when no node can take it
 //   POST   /v1/agent/report            an AgentReport -> AgentAnswer      (node token only)
 //   GET    /metrics, /healthz          no token
 //
@@ -57,7 +64,7 @@ struct ApiContext {
   StateStore* audit = nullptr;
   // Presented to node agents when the coordinator reads a rank's log from them.
   std::string node_token;
-  // Runs GET /v1/preflight's checks (and records them); null: the route answers 503.
+  // Runs /v1/preflight's checks (and records them); null: the routes answer 503.
   PreflightGate* preflight = nullptr;
   Logger log;
 };

@@ -71,7 +71,7 @@ bool dominated(const Shape& s, bool limited, const Failure& f) {
          (s.models & ~g.models) == 0 && (s.pools & ~g.pools) == 0 && s.min_nodes >= g.min_nodes &&
          static_cast<int>(s.topology.same) * s.topology.required >=
              static_cast<int>(g.topology.same) * g.topology.required &&
-         s.topology.spread == g.topology.spread;
+         s.topology.spread == g.topology.spread && s.preflight >= g.preflight;
 }
 
 class KilnPolicy final : public Policy {

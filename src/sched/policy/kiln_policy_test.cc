@@ -386,6 +386,13 @@ TEST(KilnPolicyTest, AJobsPreflightLevelIsAHardFilterThatSaysWhy) {
       plan.waiting["full"].reason.find("3 matching node(s) without a valid preflight pass at full"),
       std::string::npos)
       << plan.waiting["full"].reason;
+  // A job of the same shape that asks no level is not held back by the one that failed
+  // (the failure cache compares levels too).
+  JobView plain = gpu_job("plain", 2, 2);
+  s.waiting = {full, plain};
+  plan = decide(s);
+  ASSERT_EQ(plan.placements.size(), 1u);
+  EXPECT_EQ(plan.placements[0].job_id, "plain");
   // Passes come and go: a job is never refused at submit for want of one.
   std::string why;
   EXPECT_TRUE(fits_idle_cluster(full, s.nodes, &why)) << why;
