@@ -38,6 +38,7 @@ struct AgentFlags {
   std::string labels;
   int slots = 1;
   std::string work_dir;
+  std::vector<std::string> check_dirs;
   std::string node_token_file;
   std::string rank_address;
   std::string logs_bind;
@@ -114,6 +115,7 @@ int run_agent(const AgentFlags& flags, const GlobalOptions& globals) {
     join.labels = *labels;
     join.slots = flags.slots;
     join.work_dir = flags.work_dir;
+    join.check_dirs = flags.check_dirs;
     join.rank_address = flags.rank_address;
     join.kiln_binary = self_executable();
     if (!flags.logs_bind.empty()) {
@@ -195,6 +197,9 @@ Command add_agent_command(CLI::App& parent) {
       ->capture_default_str()
       ->check(CLI::Range(1, 4096));
   app->add_option("--work-dir", flags->work_dir, "ranks' logs and flight dumps (absolute path)");
+  app->add_option("--check-dir", flags->check_dirs,
+                  "with --join: a directory whose free space preflight checks (checkpoints, "
+                  "data; repeatable; the work directory always is)");
   app->add_option("--rank-address", flags->rank_address,
                   "the address this node's ranks advertise for TCP (default: their host name's)");
   app->add_option("--logs-bind", flags->logs_bind,

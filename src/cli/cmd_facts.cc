@@ -23,11 +23,14 @@ void print_flat(const nlohmann::ordered_json& node, const std::string& prefix) {
 
 Command add_facts_command(CLI::App& parent) {
   auto json = std::make_shared<bool>(false);
+  auto dirs = std::make_shared<std::vector<std::string>>();
   CLI::App* app = parent.add_subcommand(
       "facts", "Print this node's facts: OS, kernel, CPU, memory, limits, libraries, GPU");
   app->add_flag("--json", *json, "print one JSON object");
-  return {app, [json](const GlobalOptions&) {
-            const nlohmann::ordered_json facts = preflight::collect_node_facts();
+  app->add_option("--dir", *dirs,
+                  "a directory whose free space to include under disks (repeatable)");
+  return {app, [json, dirs](const GlobalOptions&) {
+            const nlohmann::ordered_json facts = preflight::collect_node_facts(*dirs);
             if (*json) {
               std::cout << facts.dump() << "\n";
             } else {

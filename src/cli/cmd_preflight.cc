@@ -27,6 +27,7 @@
 #include <kiln/sched/command.h>
 #include "cli/client.h"
 #include "cli/command.h"
+#include "cli/health_flags.h"
 
 namespace kiln::cli {
 namespace {
@@ -132,6 +133,7 @@ struct PreflightFlags {
   std::string level;  // empty: quick, or with --job the job's own level
   int trial_steps = preflight::kTrialStepsDefault;
   int trial_nodes = preflight::kTrialNodesDefault;
+  preflight::HealthThresholds health;  // with --facts; through the coordinator, kiln serve's
   ClientFlags client;
 };
 
@@ -334,6 +336,16 @@ int run_preflight(const PreflightFlags& flags) {
                                          "--lock goes with --facts; through the coordinator the "
                                          "lock is the one `kiln serve --lock` was given"));
   }
+  const preflight::HealthThresholds d;
+  const preflight::HealthThresholds& h = flags.health;
+  if (h.shm_free_bytes_min != d.shm_free_bytes_min ||
+      h.memory_available_bytes_min != d.memory_available_bytes_min ||
+      h.open_files_min != d.open_files_min || h.clock_offset_ms_max != d.clock_offset_ms_max ||
+      h.load_per_cpu_max != d.load_per_cpu_max || h.disk_free_bytes_min != d.disk_free_bytes_min) {
+    return report_error(
+        "preflight", Status::invalid_argument("--health-* go with --facts; through the coordinator "
+                                              "the thresholds are `kiln serve --health-*`"));
+  }
   if (!flags.job.empty()) return run_job_preflight(flags);
   const std::string level = flags.level.empty() ? "quick" : flags.level;
   // The coordinator asks the agents 16 at a time, each within 5 s (80 s for 256 nodes); at full
@@ -396,6 +408,7 @@ Command add_preflight_command(CLI::App& parent) {
                   "with --job at full: how many of the passing nodes run the trial")
       ->capture_default_str()
       ->check(CLI::Range(1, preflight::kTrialNodesMax));
+  add_health_flags(app, &flags->health);
   add_client_flags(app, &flags->client);
   return {app, [flags](const GlobalOptions&) { return run_preflight(*flags); }};
 }

@@ -25,6 +25,7 @@
 #include <kiln/obs/http_server.h>
 #include <kiln/obs/metrics.h>
 #include <kiln/obs/metrics_endpoint.h>
+#include <kiln/preflight/health.h>
 #include <kiln/preflight/stack.h>
 #include <kiln/sched/api.h>
 #include <kiln/sched/auth.h>
@@ -38,6 +39,7 @@
 #include <kiln/sched/state_store.h>
 
 #include "cli/command.h"
+#include "cli/health_flags.h"
 #include "cli/serve_metrics.h"
 #include "cli/server_address.h"
 #include "cli/signals.h"
@@ -77,6 +79,7 @@ struct ServeFlags {
   // The preflight gate (kiln/sched/preflight_gate.h): nodes pass it before jobs are placed.
   std::string preflight = "quick";
   int64_t preflight_valid_s = 3600;
+  preflight::HealthThresholds health;  // preflight's health thresholds (--health-*)
 };
 
 // A pid from the state's settings; 0 (no process) when the text is not one.
@@ -316,6 +319,7 @@ int run_serve(ServeFlags flags, const GlobalOptions& globals) {
   sched::PreflightGateOptions gate_options;
   gate_options.node_token = auth->node_token;
   gate_options.lock = lock;
+  gate_options.thresholds = flags.health;
   gate_options.store_address = *store_address;
   gate_options.store_token = *store_token;
   if (!options.preflight_level.empty()) gate_options.level = options.preflight_level;
@@ -500,6 +504,8 @@ Command add_serve_command(CLI::App& parent) {
                   "a node's preflight pass holds this long")
       ->capture_default_str()
       ->check(CLI::Range(int64_t{10}, int64_t{86400 * 30}));
+  // Preflight's health thresholds, per cluster: a node below one is cordoned by the gate.
+  add_health_flags(app, &flags->health);
   app->add_flag("--json", flags->json, "print the serving line as JSON");
   return {app, [flags](const GlobalOptions& globals) { return run_serve(*flags, globals); }};
 }

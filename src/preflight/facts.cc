@@ -172,6 +172,36 @@ Json memory_facts() {
   return m;
 }
 
+// The run queue's 1-minute average against the CPUs: work of other processes on a node that
+// should be idle (a leftover rank, a runaway job) shows here.
+Json load_facts() {
+  Json l;
+  const long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+  l["cpus_online"] = cpus > 0 ? Json(cpus) : Json(nullptr);
+  std::optional<std::string> text = read_trimmed("/proc/loadavg");
+  double avg = 0;
+  l["loadavg_1m"] =
+      text && std::sscanf(text->c_str(), "%lf", &avg) == 1 ? Json(avg) : Json(nullptr);
+  return l;
+}
+
+Json disk_facts(const std::vector<std::string>& dirs) {
+  Json out = Json::array();
+  for (const std::string& dir : dirs) {
+    Json d;
+    d["path"] = dir;
+    struct statvfs fs {};
+    if (statvfs(dir.c_str(), &fs) == 0) {
+      d["free_bytes"] = static_cast<uint64_t>(fs.f_bavail) * fs.f_frsize;
+      d["total_bytes"] = static_cast<uint64_t>(fs.f_blocks) * fs.f_frsize;
+    } else {
+      d["free_bytes"] = d["total_bytes"] = nullptr;
+    }
+    out.push_back(std::move(d));
+  }
+  return out;
+}
+
 // cgroup v2 alone ("unified"), v1 with or without a v2 mount ("hybrid", "v1"), or null.
 Json cgroup_layout() {
   struct statvfs unused {};
@@ -246,7 +276,7 @@ nlohmann::ordered_json environment_facts(char** env) {
   return out;
 }
 
-nlohmann::ordered_json collect_node_facts() {
+nlohmann::ordered_json collect_node_facts(const std::vector<std::string>& dirs) {
   Json facts;
   facts["schema"] = "kiln.facts/1";
   facts["collected_at"] = format_wall_time_utc(wall_now_ns());
@@ -258,6 +288,8 @@ nlohmann::ordered_json collect_node_facts() {
   facts["blas"] = blas_facts();
   facts["gemm"] = gemm_facts();
   facts["memory"] = memory_facts();
+  facts["load"] = load_facts();
+  facts["disks"] = disk_facts(dirs);
   facts["kernel_params"] = kernel_param_facts();
   // The GPU probe first: it dlopens the CUDA libraries (which stay loaded), and the loaded
   // shared objects read after it are then the same on a process's first collection as on its

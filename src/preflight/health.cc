@@ -1,6 +1,7 @@
 // Health figures against thresholds (kiln/preflight/health.h).
 #include <kiln/preflight/health.h>
 
+#include <cstdio>
 #include <cstdlib>
 
 namespace kiln::preflight {
@@ -48,6 +49,67 @@ std::vector<Finding> check_health(const std::string& node, const nlohmann::json&
     f.against = "threshold";
     f.check = "health";
     out.push_back(std::move(f));
+  }
+  auto finding = [&](std::string path, std::string expected, std::string found) {
+    out.push_back(Finding{node, std::move(path), std::move(expected), std::move(found), "threshold",
+                          "health"});
+  };
+  if (t.load_per_cpu_max > 0) {
+    const nlohmann::json load = facts.is_object() ? facts.value("load", nlohmann::json()) : nullptr;
+    const nlohmann::json avg =
+        load.is_object() ? load.value("loadavg_1m", nlohmann::json()) : nullptr;
+    const nlohmann::json cpus =
+        load.is_object() ? load.value("cpus_online", nlohmann::json()) : nullptr;
+    char expected[64], found[96];
+    std::snprintf(expected, sizeof expected, "<= %g per CPU", t.load_per_cpu_max);
+    if (!avg.is_number() || !cpus.is_number_integer() || cpus.get<int64_t>() < 1) {
+      finding("load.loadavg_1m", expected, "unknown");
+    } else if (avg.get<double>() / static_cast<double>(cpus.get<int64_t>()) > t.load_per_cpu_max) {
+      std::snprintf(found, sizeof found, "%.2f on %lld CPUs", avg.get<double>(),
+                    static_cast<long long>(cpus.get<int64_t>()));
+      finding("load.loadavg_1m", expected, found);
+    }
+  }
+  const nlohmann::json disks = facts.is_object() ? facts.value("disks", nlohmann::json()) : nullptr;
+  if (disks.is_array()) {
+    for (const nlohmann::json& d : disks) {
+      const std::string path = d.is_object() ? d.value("path", std::string("?")) : "?";
+      const nlohmann::json free = d.is_object() ? d.value("free_bytes", nlohmann::json()) : nullptr;
+      if (free.is_number_integer() && free.get<int64_t>() >= t.disk_free_bytes_min) continue;
+      finding("disks." + path + ".free_bytes", ">= " + std::to_string(t.disk_free_bytes_min),
+              free.is_number_integer() ? std::to_string(free.get<int64_t>())
+                                       : "unknown (not a readable directory)");
+    }
+  }
+  // A device whose memory size the driver cannot tell is not a device a rank can use.
+  const nlohmann::json gpu = facts.is_object() ? facts.value("gpu", nlohmann::json()) : nullptr;
+  const nlohmann::json devices = gpu.is_object() ? gpu.value("devices", nlohmann::json()) : nullptr;
+  if (devices.is_array()) {
+    for (size_t i = 0; i < devices.size(); ++i) {
+      const nlohmann::json& d = devices[i];
+      if (d.is_object() && d.value("memory_bytes", nlohmann::json()).is_number_integer()) continue;
+      finding("gpu.devices." + std::to_string(i), "a device that answers",
+              "no memory size from the driver");
+    }
+  }
+  return out;
+}
+
+std::vector<Finding> check_gpu_counts(const std::map<std::string, int64_t>& devices) {
+  std::map<int64_t, size_t> votes;
+  for (const auto& [node, n] : devices)
+    if (n > 0) ++votes[n];
+  int64_t common = 0;
+  size_t most = 0;
+  for (const auto& [n, v] : votes) {
+    if (v > most || (v == most && n > common)) common = n, most = v;
+  }
+  std::vector<Finding> out;
+  for (const auto& [node, n] : devices) {
+    if (common > 0 && n < common) {
+      out.push_back(Finding{node, "gpu.count", ">= " + std::to_string(common), std::to_string(n),
+                            "majority", "health"});
+    }
   }
   return out;
 }

@@ -10,7 +10,8 @@ nlohmann::json facts(const std::string& build_id, int64_t nofile) {
   return {{"schema", "kiln.facts/1"},
           {"kiln", {{"build_id", build_id}}},
           {"memory", {{"available_bytes", int64_t{4} << 30}}},
-          {"kernel_params", {{"shm_free_bytes", int64_t{1} << 30}, {"open_files_soft", nofile}}}};
+          {"kernel_params", {{"shm_free_bytes", int64_t{1} << 30}, {"open_files_soft", nofile}}},
+          {"load", {{"cpus_online", 8}, {"loadavg_1m", 0.1}}}};
 }
 
 NodeFacts node(const std::string& name, std::optional<nlohmann::json> f) {
@@ -19,6 +20,24 @@ NodeFacts node(const std::string& name, std::optional<nlohmann::json> f) {
   n.facts = std::move(f);
   if (!n.facts) n.error = "connection refused";
   return n;
+}
+
+TEST(ReportTest, ANodeMissingAGpuIsNamedAgainstTheOthers) {
+  auto with_gpus = [](int n) {
+    nlohmann::json f = facts("b1", 65536);
+    f["gpu"]["devices"] = nlohmann::json::array();
+    for (int i = 0; i < n; ++i)
+      f["gpu"]["devices"].push_back({{"index", i}, {"memory_bytes", int64_t{80} << 30}});
+    return f;
+  };
+  const PreflightReport r =
+      check_nodes({node("n1", with_gpus(8)), node("n2", with_gpus(8)), node("n3", with_gpus(7))},
+                  nullptr, HealthThresholds{});
+  ASSERT_EQ(r.findings.size(), 1u);
+  EXPECT_EQ(r.findings[0].node, "n3");
+  EXPECT_EQ(r.findings[0].path, "gpu.count");
+  EXPECT_EQ(r.nodes[2].verdict, "fail");
+  EXPECT_EQ(r.nodes[0].verdict, "pass");
 }
 
 TEST(ReportTest, EachNodeGetsAVerdictAndTheUnreachableTakeNoPartInTheMajority) {

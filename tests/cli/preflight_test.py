@@ -49,7 +49,8 @@ class PreflightTest(unittest.TestCase):
             self.n1_build = json.load(f)["kiln"]["build_id"]
 
     def args(self, nodes=("n1", "n2", "n3", "n4")):
-        out = []
+        # The facts were taken on this shared test host, whose load is the other tests'.
+        out = ["--health-load-per-cpu", "0"]
         for n in nodes:
             out += ["--facts", f"{n}={self.facts[n]}"]
         return out
@@ -112,6 +113,10 @@ class PreflightTest(unittest.TestCase):
         r = kiln("preflight", "--facts", self.facts["n1"], "--facts", self.facts["n1"])
         self.assertEqual(r.returncode, 2)
         self.assertIn("twice", r.stderr)
+        # Through the coordinator the thresholds are kiln serve's: not silently ignored.
+        r = kiln("preflight", "--health-open-files", "1")
+        self.assertEqual(r.returncode, 2)
+        self.assertIn("--health-* go with --facts", r.stderr)
 
 
 if __name__ == "__main__":

@@ -155,6 +155,38 @@ class PreflightThroughTheCoordinatorTest(unittest.TestCase):
         self.assertEqual(r.returncode, 2)
         self.assertIn("no node nosuch", r.stderr)
 
+    def test_the_health_thresholds_are_the_coordinators_and_cover_the_agents_directories(self):
+        # Free space no disk has; the load check on, with a bound no host reaches.
+        cluster = Cluster(nodes=1, local_nodes=0,
+                          extra=["--health-disk-free-bytes", str(10**18),
+                                 "--health-load-per-cpu", "1000000"])
+        self.addCleanup(cluster.close)
+        cluster.start(wait_nodes=False)
+        work = os.path.join(self.tmp.name, "a1")
+        os.makedirs(work)
+        self.agents["a1"] = subprocess.Popen(
+            [KILN_BIN, "--log-file", os.path.join(work, "agent.log"), "agent", "--join",
+             cluster.url, "--node-name", "a1", "--rank-address", "127.0.0.1", "--work-dir", work,
+             "--check-dir", "/tmp", "--node-token-file",
+             os.path.join(cluster.state, "node.token")],
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, stdin=subprocess.DEVNULL,
+            env=clean_env())
+        wait_until(lambda: [n for n in cluster.node_list() if n.get("preflight")], 30,
+                   "a1 to join and be checked")
+        r, findings, verdicts = self.preflight(cluster)
+        self.assertEqual(r.returncode, 1, r.stderr)
+        got = {f["path"]: f for f in findings}
+        self.assertEqual(sorted(got), sorted([f"disks.{work}.free_bytes", "disks./tmp.free_bytes"]),
+                         findings)
+        for f in got.values():
+            self.assertEqual((f["check"], f["expected"], f["against"]),
+                             ("health", f">= {10**18}", "threshold"))
+            self.assertGreater(int(f["found"]), 0)
+        # The gate cordoned it with the first finding.
+        node = cluster.node_list()[0]
+        self.assertEqual(node["state"], "cordoned")
+        self.assertIn("free_bytes: expected >= 1000000000000000000", node["reason"])
+
 
 if __name__ == "__main__":
     unittest.main()

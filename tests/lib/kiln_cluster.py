@@ -77,6 +77,10 @@ class Cluster:
                        "--state-dir", self.state, "--port", str(self.port), "--bind", self.bind,
                        "--local-nodes", str(self.local_nodes if self.executor == "local" else 0),
                        "--executor", self.executor, "--slots-per-node", str(self.slots), "--json",
+                       # Tests share one host, whose load is theirs: the load check would
+                       # cordon nodes at random (health_test.cc and the test below pin it).
+                       *([] if "--health-load-per-cpu" in self.extra
+                         else ["--health-load-per-cpu", "0"]),
                        *self.extra]),
             stdout=subprocess.PIPE, stderr=log, text=True,
             env=dict(os.environ, HOME=self.tmp.name, **self.serve_env))  # discovery file: ours

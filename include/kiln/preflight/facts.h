@@ -13,6 +13,10 @@
 //   kernel          release, version, machine                      (uname)
 //   cpu             vendor, model, logical_cores, physical_cores, sockets, isa_flags, best_isa
 //   memory          total_bytes, available_bytes, hugepages_total
+//   load            cpus_online, loadavg_1m                        (/proc/loadavg: the others'
+//                                                                   work on a node that idles)
+//   disks           [{path, free_bytes, total_bytes}] of the directories asked for (an agent's
+//                   work directory and its --check-dir ones: checkpoints, data)
 //   kernel_params   shm_total_bytes, shm_free_bytes, shmmax_bytes, open_files_soft,
 //                   open_files_hard, somaxconn, rmem_max_bytes, wmem_max_bytes,
 //                   overcommit_memory, transparent_hugepage, numa_nodes, cgroup_layout
@@ -25,13 +29,17 @@
 #ifndef KILN_PREFLIGHT_FACTS_H_
 #define KILN_PREFLIGHT_FACTS_H_
 
+#include <string>
+#include <vector>
+
 #include <nlohmann/json.hpp>
 
 namespace kiln::preflight {
 
-// Collects this node's facts. Never fails: what cannot be read is null. Takes a few milliseconds
-// (it reads /proc and /sys, and probes for the CUDA libraries with dlopen).
-nlohmann::ordered_json collect_node_facts();
+// Collects this node's facts, `disks` for each of `dirs`. Never fails: what cannot be read is
+// null. Takes a few milliseconds (it reads /proc and /sys, and probes for the CUDA libraries with
+// dlopen).
+nlohmann::ordered_json collect_node_facts(const std::vector<std::string>& dirs = {});
 
 }  // namespace kiln::preflight
 

@@ -6,12 +6,20 @@
 //   kernel_params.open_files_soft      >= open_files_min         (ranks hold 5 descriptors each,
 //                                                                 a TCP link one per peer)
 //   clock_offset_ms (to the asker)     <= clock_offset_ms_max    (logs and leases across nodes)
+//   load.loadavg_1m / load.cpus_online <= load_per_cpu_max       (others' work on an idle node)
+//   disks.<path>.free_bytes            >= disk_free_bytes_min    (checkpoints, data, logs)
+//   gpu.devices.<i>                    answers (its memory size is known), where GPUs are
+//   gpu.count                          >= the count most GPU nodes have (check_gpu_counts)
 //
-// The defaults are those of deploy/slurm/kiln-node-check (256 MiB, 1 GiB, 4096) and one second.
+// The defaults are those of deploy/slurm/kiln-node-check (256 MiB, 1 GiB, 4096), one second,
+// four runnable tasks per CPU (a node that should idle and is that busy runs something it should
+// not; a busy shared test host stays below it) and 1 GiB free on each directory. `kiln serve
+// --health-*` sets them; 0 turns the load check off.
 #ifndef KILN_PREFLIGHT_HEALTH_H_
 #define KILN_PREFLIGHT_HEALTH_H_
 
 #include <cstdint>
+#include <map>
 #include <optional>
 #include <string>
 #include <vector>
@@ -27,6 +35,8 @@ struct HealthThresholds {
   int64_t memory_available_bytes_min = int64_t{1} << 30;
   int64_t open_files_min = 4096;
   int64_t clock_offset_ms_max = 1000;
+  double load_per_cpu_max = 4.0;  // 0: not checked
+  int64_t disk_free_bytes_min = int64_t{1} << 30;
 };
 
 // The findings (check "health", against "threshold") of `node`'s facts. A figure the facts lack
@@ -35,6 +45,11 @@ struct HealthThresholds {
 std::vector<Finding> check_health(const std::string& node, const nlohmann::json& facts,
                                   const HealthThresholds& thresholds,
                                   std::optional<int64_t> clock_offset_ms = std::nullopt);
+
+// Across nodes: a node with fewer GPUs than most nodes that have GPUs (a device that fell off the
+// bus) is named (path "gpu.count", against "majority"). `devices` is each node's number of
+// devices, absent for a node without GPUs or facts.
+std::vector<Finding> check_gpu_counts(const std::map<std::string, int64_t>& devices);
 
 }  // namespace kiln::preflight
 

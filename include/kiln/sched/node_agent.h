@@ -21,6 +21,7 @@
 #include <map>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include <kiln/base/clock.h>
 #include <kiln/base/log.h>
@@ -36,6 +37,9 @@ struct JoinOptions {
   std::map<std::string, std::string> labels;  // rack=r1,switch=s1
   int slots = 1;
   std::string work_dir;  // created if absent
+  // Directories whose free space preflight's health check reads (checkpoints, data), besides
+  // work_dir (facts' `disks`).
+  std::vector<std::string> check_dirs;
   // The address ranks on this node advertise for TCP links (KILN_COMM_ADDR); empty: their host
   // name's. The embedded cluster's nodes share this host: 127.0.0.1.
   std::string rank_address;

@@ -331,7 +331,9 @@ struct JoinedAgent::Impl {
   obs::HttpResponse serve_facts(const obs::HttpRequest& req) {
     obs::HttpResponse out;
     if (!authorized(req, &out)) return out;
-    out.body = preflight::collect_node_facts().dump();
+    std::vector<std::string> dirs = {options.work_dir};
+    dirs.insert(dirs.end(), options.check_dirs.begin(), options.check_dirs.end());
+    out.body = preflight::collect_node_facts(dirs).dump();
     // This node's wall clock as it answers: the asker's clock-offset figure (preflight health).
     out.headers.emplace_back("X-Kiln-Wall-Ns", std::to_string(options.clock->wall_ns()));
     // Which agent answered: the coordinator's pass holds for this incarnation only.

@@ -1,0 +1,17 @@
+// The --health-* flags of preflight's health thresholds (include/kiln/preflight/health.h), shared
+// by `kiln serve` (its gate and /v1/preflight) and `kiln preflight --facts` (offline).
+#ifndef KILN_CLI_HEALTH_FLAGS_H_
+#define KILN_CLI_HEALTH_FLAGS_H_
+
+#include <CLI/CLI.hpp>
+
+#include <kiln/preflight/health.h>
+
+namespace kiln::cli {
+
+// Adds the flags to `app`, each writing its field of `thresholds` (defaults shown in --help).
+void add_health_flags(CLI::App* app, preflight::HealthThresholds* thresholds);
+
+}  // namespace kiln::cli
+
+#endif  // KILN_CLI_HEALTH_FLAGS_H_
