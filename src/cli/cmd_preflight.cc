@@ -133,6 +133,7 @@ struct PreflightFlags {
   std::string level;  // empty: quick, or with --job the job's own level
   int trial_steps = preflight::kTrialStepsDefault;
   int trial_nodes = preflight::kTrialNodesDefault;
+  std::string team;  // with --job: whose Unix user the trial runs as (default: the caller's team)
   preflight::HealthThresholds health;  // with --facts; through the coordinator, kiln serve's
   ClientFlags client;
 };
@@ -162,7 +163,7 @@ Result<nlohmann::json> preflight_offline(const PreflightFlags& flags) {
     lock = std::move(*read);
   }
   nlohmann::json out = preflight::report_json(
-      preflight::check_nodes(nodes, lock ? &lock->stack : nullptr, preflight::HealthThresholds{}));
+      preflight::check_nodes(nodes, lock ? &lock->stack : nullptr, flags.health));
   out["lock"] = lock.has_value();
   return out;
 }
@@ -207,6 +208,8 @@ int print_preflight(const nlohmann::json& result, bool json) {
         last["trial_signature"] = trial.value("signature", "");
         last["trial_reference"] = trial.value("reference", "");
       }
+      for (const char* key : {"trial_user", "busy"})
+        if (result.contains(key)) last[key] = result[key];
       std::cout << last.dump() << "\n";
     }
     return all_pass ? kExitOk : kExitFailure;
@@ -301,6 +304,7 @@ int run_job_preflight(const PreflightFlags& flags) {
                             {"trial_steps", flags.trial_steps},
                             {"trial_nodes", flags.trial_nodes}};
   if (!flags.level.empty()) request["level"] = flags.level;
+  if (!flags.team.empty()) request["team"] = flags.team;
   // A full check's probes take up to 70 s each and the trial up to 300 s.
   Client c = connect(flags.client, "preflight", 600'000);
   if (!c.http) return c.error;
@@ -404,6 +408,9 @@ Command add_preflight_command(CLI::App& parent) {
   app->add_option("--trial-steps", flags->trial_steps, "with --job at full: the trial's steps")
       ->capture_default_str()
       ->check(CLI::Range(1, preflight::kTrialStepsMax));
+  app->add_option("--team", flags->team,
+                  "with --job: the team that submits it; the trial runs as its Unix user "
+                  "(default: your token's team)");
   app->add_option("--trial-nodes", flags->trial_nodes,
                   "with --job at full: how many of the passing nodes run the trial")
       ->capture_default_str()

@@ -190,6 +190,7 @@ void on_signal(int sig, const comm::Communicator* communicator, train::StopReque
 // the same text); "" when it cannot be read again or has grown past what a config may be.
 std::string config_sha256(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
+  if (!in) return "";
   std::string text(kConfigBytesMax + 1, '\0');
   in.read(text.data(), static_cast<std::streamsize>(text.size()));
   if (in.bad() || static_cast<size_t>(in.gcount()) > kConfigBytesMax) return "";

@@ -5,7 +5,7 @@
 
 namespace kiln::cli {
 
-void add_health_flags(CLI::App* app, preflight::HealthThresholds* t) {
+CLI::Option* add_health_flags(CLI::App* app, preflight::HealthThresholds* t) {
   app->add_option("--health-shm-free-bytes", t->shm_free_bytes_min,
                   "preflight: /dev/shm free at least this")
       ->capture_default_str()
@@ -22,14 +22,17 @@ void add_health_flags(CLI::App* app, preflight::HealthThresholds* t) {
                   "preflight: a node's clock within this of the coordinator's")
       ->capture_default_str()
       ->check(CLI::Range(int64_t{1}, int64_t{3'600'000}));
-  app->add_option("--health-load-per-cpu", t->load_per_cpu_max,
-                  "preflight: the 1-minute load average per CPU at most this (0: not checked)")
-      ->capture_default_str()
-      ->check(CLI::Range(0.0, 1e6));
+  CLI::Option* load =
+      app->add_option("--health-load-per-cpu", t->load_per_cpu_max,
+                      "preflight: the 1-minute load average per CPU at most this (0: not "
+                      "checked; the default with --local-nodes, whose nodes share one host)")
+          ->capture_default_str()
+          ->check(CLI::Range(0.0, 1e6));
   app->add_option("--health-disk-free-bytes", t->disk_free_bytes_min,
                   "preflight: free space on the agents' work and --check-dir directories")
       ->capture_default_str()
       ->check(CLI::NonNegativeNumber);
+  return load;
 }
 
 }  // namespace kiln::cli

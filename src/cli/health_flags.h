@@ -10,7 +10,9 @@
 namespace kiln::cli {
 
 // Adds the flags to `app`, each writing its field of `thresholds` (defaults shown in --help).
-void add_health_flags(CLI::App* app, preflight::HealthThresholds* thresholds);
+// Returns --health-load-per-cpu's option: whether it was given (count()) decides its default
+// where every node shares one host (kiln serve --local-nodes).
+CLI::Option* add_health_flags(CLI::App* app, preflight::HealthThresholds* thresholds);
 
 }  // namespace kiln::cli
 

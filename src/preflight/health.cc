@@ -62,7 +62,9 @@ std::vector<Finding> check_health(const std::string& node, const nlohmann::json&
         load.is_object() ? load.value("cpus_online", nlohmann::json()) : nullptr;
     char expected[64], found[96];
     std::snprintf(expected, sizeof expected, "<= %g per CPU", t.load_per_cpu_max);
-    if (!avg.is_number() || !cpus.is_number_integer() || cpus.get<int64_t>() < 1) {
+    if (!load.is_object()) {
+      // Facts of an older agent have no load section: nothing to check, not "unknown".
+    } else if (!avg.is_number() || !cpus.is_number_integer() || cpus.get<int64_t>() < 1) {
       finding("load.loadavg_1m", expected, "unknown");
     } else if (avg.get<double>() / static_cast<double>(cpus.get<int64_t>()) > t.load_per_cpu_max) {
       std::snprintf(found, sizeof found, "%.2f on %lld CPUs", avg.get<double>(),
@@ -84,6 +86,13 @@ std::vector<Finding> check_health(const std::string& node, const nlohmann::json&
   // A device whose memory size the driver cannot tell is not a device a rank can use.
   const nlohmann::json gpu = facts.is_object() ? facts.value("gpu", nlohmann::json()) : nullptr;
   const nlohmann::json devices = gpu.is_object() ? gpu.value("devices", nlohmann::json()) : nullptr;
+  const nlohmann::json driver =
+      gpu.is_object() ? gpu.value("driver_version", nlohmann::json()) : nullptr;
+  if (driver.is_string() && (!devices.is_array() || devices.empty())) {
+    finding("gpu.devices",
+            "devices where the NVIDIA driver " + driver.get<std::string>() + " is loaded",
+            devices.is_array() ? "none" : "unknown (CUDA did not initialize)");
+  }
   if (devices.is_array()) {
     for (size_t i = 0; i < devices.size(); ++i) {
       const nlohmann::json& d = devices[i];
@@ -95,20 +104,24 @@ std::vector<Finding> check_health(const std::string& node, const nlohmann::json&
   return out;
 }
 
-std::vector<Finding> check_gpu_counts(const std::map<std::string, int64_t>& devices) {
-  std::map<int64_t, size_t> votes;
-  for (const auto& [node, n] : devices)
-    if (n > 0) ++votes[n];
-  int64_t common = 0;
-  size_t most = 0;
-  for (const auto& [n, v] : votes) {
-    if (v > most || (v == most && n > common)) common = n, most = v;
+std::vector<Finding> check_gpu_counts(const std::map<std::string, GpuCount>& devices) {
+  // Per model: the count most of its nodes have (the larger on a tie).
+  std::map<std::string, std::map<int64_t, size_t>> votes;
+  for (const auto& [node, c] : devices)
+    if (c.devices > 0) ++votes[c.model][c.devices];
+  std::map<std::string, int64_t> common;
+  for (const auto& [model, counts] : votes) {
+    size_t most = 0;
+    for (const auto& [n, v] : counts) {
+      if (v >= most) common[model] = n, most = v;
+    }
   }
   std::vector<Finding> out;
-  for (const auto& [node, n] : devices) {
-    if (common > 0 && n < common) {
-      out.push_back(Finding{node, "gpu.count", ">= " + std::to_string(common), std::to_string(n),
-                            "majority", "health"});
+  for (const auto& [node, c] : devices) {
+    auto it = common.find(c.model);
+    if (it != common.end() && c.devices < it->second) {
+      out.push_back(Finding{node, "gpu.count", ">= " + std::to_string(it->second) + " " + c.model,
+                            std::to_string(c.devices), "majority", "health"});
     }
   }
   return out;

@@ -46,7 +46,7 @@ TEST(HealthTest, AnUnknownFigureAndAClockOffFail) {
   EXPECT_EQ(out[1].path, "clock_offset_ms");
   EXPECT_EQ(out[1].found, "-1500");
   EXPECT_TRUE(check_health("n1", facts(1LL << 30, 4LL << 30, 65536), {}, 999).empty());
-  EXPECT_EQ(check_health("n1", nlohmann::json::array(), {}).size(), 4u);  // load unknown too
+  EXPECT_EQ(check_health("n1", nlohmann::json::array(), {}).size(), 3u);
 }
 
 TEST(HealthTest, OthersLoadFullDisksAndAGpuThatDoesNotAnswerAreNamed) {
@@ -78,19 +78,40 @@ TEST(HealthTest, OthersLoadFullDisksAndAGpuThatDoesNotAnswerAreNamed) {
   EXPECT_EQ(check_health("n1", f, t).size(), 3u);
 }
 
-TEST(HealthTest, ANodeWithFewerGpusThanMostIsNamed) {
-  std::vector<Finding> out = check_gpu_counts({{"a", 8}, {"b", 8}, {"c", 7}, {"d", 0}});
-  ASSERT_EQ(out.size(), 2u);
+TEST(HealthTest, ANodeWithFewerGpusThanMostOfItsModelIsNamed) {
+  std::vector<Finding> out = check_gpu_counts({{"a", {"H100", 8}},
+                                               {"b", {"H100", 8}},
+                                               {"c", {"H100", 7}},
+                                               {"d", {"A10", 4}},
+                                               {"e", {"A10", 4}}});
+  // The 4-GPU machines of another model are not held to the 8-GPU ones.
+  ASSERT_EQ(out.size(), 1u);
   EXPECT_EQ(out[0].node, "c");
   EXPECT_EQ(out[0].path, "gpu.count");
-  EXPECT_EQ(out[0].expected, ">= 8");
+  EXPECT_EQ(out[0].expected, ">= 8 H100");
   EXPECT_EQ(out[0].found, "7");
   EXPECT_EQ(out[0].against, "majority");
-  EXPECT_EQ(out[1].node, "d");
-  EXPECT_EQ(out[1].found, "0");
-  // Nodes without GPUs are not in the map: nothing to hold them to.
   EXPECT_TRUE(check_gpu_counts({}).empty());
-  EXPECT_TRUE(check_gpu_counts({{"a", 8}, {"b", 8}}).empty());
+  EXPECT_TRUE(check_gpu_counts({{"a", {"H100", 8}}, {"b", {"H100", 8}}}).empty());
+}
+
+TEST(HealthTest, ADriverWithoutDevicesAndOlderFactsWithoutLoad) {
+  nlohmann::json f = facts(1LL << 30, 4LL << 30, 65536);
+  f["gpu"] = {{"driver_version", "550.54.14"}, {"devices", nullptr}};
+  std::vector<Finding> out = check_health("n1", f, {});
+  ASSERT_EQ(out.size(), 1u);
+  EXPECT_EQ(out[0].path, "gpu.devices");
+  EXPECT_EQ(out[0].found, "unknown (CUDA did not initialize)");
+  f["gpu"]["devices"] = nlohmann::json::array();
+  out = check_health("n1", f, {});
+  ASSERT_EQ(out.size(), 1u);
+  EXPECT_EQ(out[0].found, "none");
+  // No driver, no GPU: nothing to check.
+  f["gpu"] = {{"driver_version", nullptr}, {"devices", nullptr}};
+  EXPECT_TRUE(check_health("n1", f, {}).empty());
+  // An agent of an older build sends no load section: not checked rather than "unknown".
+  f.erase("load");
+  EXPECT_TRUE(check_health("n1", f, {}).empty());
 }
 
 TEST(HealthTest, ThisMachinesFactsHaveEveryFigure) {

@@ -24,7 +24,7 @@ PreflightReport check_nodes(const std::vector<NodeFacts>& nodes, const Stack* lo
   PreflightReport out;
   for (Finding& f : check_stacks(stacks, lock))
     if (checked.count(f.node) != 0) out.findings.push_back(std::move(f));
-  std::map<std::string, int64_t> gpu_devices;
+  std::map<std::string, GpuCount> gpu_devices;
   for (const NodeFacts& n : nodes) {
     if (!n.facts) continue;
     for (Finding& f : check_health(n.node, *n.facts, thresholds, n.clock_offset_ms))
@@ -32,7 +32,13 @@ PreflightReport check_nodes(const std::vector<NodeFacts>& nodes, const Stack* lo
     const nlohmann::json gpu = n.facts->value("gpu", nlohmann::json());
     const nlohmann::json devices =
         gpu.is_object() ? gpu.value("devices", nlohmann::json()) : nullptr;
-    if (devices.is_array()) gpu_devices[n.node] = static_cast<int64_t>(devices.size());
+    if (devices.is_array() && !devices.empty()) {
+      const nlohmann::json& first = devices[0];
+      const nlohmann::json name =
+          first.is_object() ? first.value("name", nlohmann::json()) : nullptr;
+      gpu_devices[n.node] = {name.is_string() ? name.get<std::string>() : "?",
+                             static_cast<int64_t>(devices.size())};
+    }
   }
   for (Finding& f : check_gpu_counts(gpu_devices))
     out.findings.push_back(std::move(f));

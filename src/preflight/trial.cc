@@ -51,15 +51,16 @@ Finding finding(const std::string& node, const std::string& path, std::string ex
   return Finding{node, path, std::move(expected), std::move(found), against, "trial"};
 }
 
-// Findings of one kind on every one of several trial nodes are the job's or the lock's (the
-// cluster did not change under all of them at once): one job finding that lists the values.
-// Otherwise each names its node. A trial of one node cannot tell: its node is named.
+// Findings of one kind on every trial node are the job's or the lock's (the cluster did not
+// change under all of them at once): one job finding that lists the values. So is a finding of
+// the one node a trial could compare: nothing tells the node from the lock or the job then.
+// Otherwise each names its node.
 void add_node_or_job_findings(std::vector<Finding> found,
                               const std::vector<const TrialResult*>& same,
                               const std::function<std::string(const TrialResult&)>& value,
                               TrialJudgement* j) {
   if (found.empty()) return;
-  if (found.size() < same.size() || same.size() < 2) {
+  if (found.size() < same.size()) {
     j->nodes.insert(j->nodes.end(), found.begin(), found.end());
     return;
   }

@@ -131,6 +131,11 @@ TEST(TrialJudgementTest, EveryNodeOffTheLockIsTheJobsFindingNotTheNodes) {
   EXPECT_EQ(j.job[0].node, "");
   EXPECT_EQ(j.job[0].path, "trial.loss");
   EXPECT_EQ(j.job[0].found, "every trial node: n1 10, n2 10");
+  // One node alone cannot tell itself from the lock: the job's finding too.
+  j = judge_trials({ran("n1", 10.0, 1000)}, kSpec, &e);
+  EXPECT_TRUE(j.nodes.empty());
+  ASSERT_EQ(j.job.size(), 1u);
+  EXPECT_EQ(j.job[0].found, "every trial node: n1 10");
   // The same for a lock whose throughput no node reaches.
   const TrialExpectation fast = lock_of(kSig, 10.0, 1e6);
   j = judge_trials({ran("n1", 10.0, 1000), ran("n2", 10.0, 1000)}, kSpec, &fast);

@@ -8,9 +8,12 @@ The lock records the job's trial on this machine (`kiln lock --trial`).
 - Another computation than the lock's (other steps): the nodes are held against each other and
   a3 is still the odd one out.
 - A job that asks `preflight: full` waits for passes at full, which the gate then runs.
+- The trial runs as the team's Unix user, entering the job's directory with that user's rights:
+  a directory it cannot enter fails the trial (the job's finding, nobody cordoned).
 - A job whose trial runs nowhere (its config is missing) fails the preflight as the job's
   finding, and no node is cordoned for it; a job that is not `kiln train` is refused, named.
 """
+import hashlib
 import json
 import os
 import subprocess
@@ -20,7 +23,7 @@ import unittest
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "lib"))
 from kiln_cluster import Cluster  # noqa: E402
-from kiln_test import KILN_BIN, SOURCE_DIR, stop_processes, wait_until  # noqa: E402
+from kiln_test import KILN_BIN, SOURCE_DIR, skip_unless_ci, stop_processes, wait_until  # noqa: E402
 
 TRAIN = os.path.join(SOURCE_DIR, "data", "sotu", "train")
 VAL = os.path.join(SOURCE_DIR, "data", "sotu", "val")
@@ -58,12 +61,13 @@ class TrialRunTest(unittest.TestCase):
             f.write(JOB.format(name=name, config=config))
         return path
 
-    def start_agent(self, cluster, name, other_data=False):
+    def start_agent(self, cluster, name, other_data=False, token_file=None):
         work = os.path.join(self.tmp.name, name)
         os.makedirs(work)
         argv = [KILN_BIN, "--log-file", os.path.join(work, "agent.log"), "agent", "--join",
                 cluster.url, "--node-name", name, "--rank-address", "127.0.0.1", "--work-dir",
-                work, "--node-token-file", os.path.join(cluster.state, "node.token")]
+                work, "--node-token-file",
+                token_file or os.path.join(cluster.state, "node.token")]
         if other_data:
             # In a mount namespace of its own, the training data directory is the validation
             # one: valid shards, other tokens. The mount is gone with the namespace.
@@ -190,6 +194,45 @@ class TrialRunTest(unittest.TestCase):
                          cwd=self.job_dir)
         self.assertNotEqual(r.returncode, 0)
         self.assertIn("'sleep 600' is not `kiln train CONFIG ...`", r.stderr)
+
+    def test_the_trial_runs_with_the_rights_of_the_teams_user(self):
+        if os.geteuid() != 0:
+            skip_unless_ci(self, "running a trial as another Unix user needs root")
+        sha = lambda t: hashlib.sha256(t.encode()).hexdigest()  # noqa: E731
+        auth = os.path.join(self.tmp.name, "auth.yaml")
+        with open(auth, "w") as f:
+            f.write(f"tokens:\n  ops: {{team: ops, admin: true, sha256: {sha('ops-token')}}}\n"
+                    f"node_token_sha256: {sha('node-token')}\n"
+                    "team_users:\n  ml: nobody\n")
+        node_token = os.path.join(self.tmp.name, "node.token")
+        with open(node_token, "w") as f:
+            f.write("node-token\n")
+        cluster = Cluster(nodes=2, local_nodes=0, token="ops-token",
+                          extra=["--auth-file", auth, "--node-token-file", node_token])
+        self.addCleanup(cluster.close)
+        cluster.start(wait_nodes=False)
+        for name in ("a1", "a2"):
+            self.start_agent(cluster, name, token_file=node_token)
+        wait_until(lambda: len([n for n in cluster.node_list()
+                                if (n.get("preflight") or {}).get("passed")]) == 2,
+                   60, "two agents to join and pass the gate's quick check")
+        job = self.job("as-nobody")
+        args = ("--job", job, "--level", "full", "--trial-steps", "2", "--team", "ml")
+        # The job's directory is under a private (0700) temporary directory: nobody cannot enter
+        # it, and so cannot the trial, though the agent (root) could.
+        r, findings, trial, verdicts, last = self.preflight(cluster, *args)
+        self.assertEqual(r.returncode, 1, r.stdout + r.stderr)
+        job_findings = [f for f in findings if f["node"] == ""]
+        self.assertEqual([f["path"] for f in job_findings], ["trial.run"], findings)
+        self.assertIn("Permission denied", job_findings[0]["found"])
+        self.assertEqual({n["state"] for n in cluster.node_list()}, {"ready"})
+        # Opened to others, it runs there as nobody and passes.
+        os.chmod(self.tmp.name, 0o755)
+        r, findings, trial, verdicts, last = self.preflight(cluster, *args)
+        self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
+        self.assertEqual(sorted(trial), ["a1", "a2"])
+        self.assertTrue(all(t["ran"] for t in trial.values()), trial)
+        self.assertEqual(last["trial_user"], "nobody")
 
 
 if __name__ == "__main__":

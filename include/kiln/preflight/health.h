@@ -9,7 +9,9 @@
 //   load.loadavg_1m / load.cpus_online <= load_per_cpu_max       (others' work on an idle node)
 //   disks.<path>.free_bytes            >= disk_free_bytes_min    (checkpoints, data, logs)
 //   gpu.devices.<i>                    answers (its memory size is known), where GPUs are
-//   gpu.count                          >= the count most GPU nodes have (check_gpu_counts)
+//   gpu.devices                        some device answers where the NVIDIA driver is loaded
+//   gpu.count                          >= the count most nodes of its GPU model have
+//                                      (check_gpu_counts)
 //
 // The defaults are those of deploy/slurm/kiln-node-check (256 MiB, 1 GiB, 4096), one second,
 // four runnable tasks per CPU (a node that should idle and is that busy runs something it should
@@ -41,15 +43,22 @@ struct HealthThresholds {
 
 // The findings (check "health", against "threshold") of `node`'s facts. A figure the facts lack
 // or report as null is a finding too ("unknown"): a node that cannot say is not known healthy.
+// Sections newer than the facts document (`load`, `disks`: an agent of an older build) are not
+// checked.
 // `clock_offset_ms`: the node's clock minus the asker's, when the asker measured it.
 std::vector<Finding> check_health(const std::string& node, const nlohmann::json& facts,
                                   const HealthThresholds& thresholds,
                                   std::optional<int64_t> clock_offset_ms = std::nullopt);
 
-// Across nodes: a node with fewer GPUs than most nodes that have GPUs (a device that fell off the
-// bus) is named (path "gpu.count", against "majority"). `devices` is each node's number of
-// devices, absent for a node without GPUs or facts.
-std::vector<Finding> check_gpu_counts(const std::map<std::string, int64_t>& devices);
+// Across nodes of one GPU model: a node with fewer devices than most nodes of its model (a device
+// that fell off the bus) is named (path "gpu.count", against "majority"). `devices` is each
+// node's {model (its first device's name), number of devices}; a node without GPUs or facts is
+// absent. Nodes of other models (8-GPU and 4-GPU machines in one cluster) are not compared.
+struct GpuCount {
+  std::string model;
+  int64_t devices = 0;
+};
+std::vector<Finding> check_gpu_counts(const std::map<std::string, GpuCount>& devices);
 
 }  // namespace kiln::preflight
 

@@ -10,8 +10,9 @@
 // against the lock's and the fastest trial node's. Traffic between nodes is the link check's
 // (links.h), which runs in the same preflight between the same nodes.
 //
-// A failure that every trial node shares is the job's or the lock's, not a node's: it fails the
-// preflight (a "job finding") and cordons no node.
+// A failure that every trial node shares (the only node whose figures could be compared
+// included) is the job's or the lock's, not a node's: it fails the preflight (a "job finding")
+// and cordons no node.
 #ifndef KILN_PREFLIGHT_TRIAL_H_
 #define KILN_PREFLIGHT_TRIAL_H_
 

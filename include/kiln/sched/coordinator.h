@@ -42,6 +42,7 @@
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -286,6 +287,9 @@ class Coordinator {
   // `preflight: full` (a job is placed only on nodes whose valid pass is at its level); "" with
   // the gate off.
   std::string preflight_level();
+  // Nodes where a job's processes run (placed, running or stopping): not checked at full, and no
+  // trial runs there (either would measure the job, and slow it).
+  std::set<std::string> busy_nodes();
   // Ready nodes that run nothing, with an agent, none of `taken`: at most n link partners for a
   // full check of too few nodes.
   std::vector<NodeRecord> preflight_partners(const std::vector<std::string>& taken, size_t n);

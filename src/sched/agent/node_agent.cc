@@ -375,6 +375,16 @@ struct JoinedAgent::Impl {
                        .dump();
         return out;
       }
+      // Never root: a team mapped to uid or gid 0 is a misconfiguration, not a privilege.
+      if (pw->pw_uid == 0 || pw->pw_gid == 0) {
+        probing = false;
+        out.status = 400;
+        out.body =
+            nlohmann::json{{"error", "user '" + request->user + "' on node " + options.node_name +
+                                         " is root (uid or gid 0): a trial never runs as root"}}
+                .dump();
+        return out;
+      }
       run_as = {pw->pw_uid, pw->pw_gid};
     }
     log.info("probe", {{"check", request->check}, {"rank", request->rank}});

@@ -175,14 +175,27 @@ slurm::CommandSpec probe_command(const ProbeRequest& r, const std::string& kiln_
   spec.output_max = kProbeOutputMax * 4;
   if (r.check == "trial") {
     if (user != nullptr) {
-      spec.argv = {"setpriv", "--reuid=" + std::to_string(user->uid),
-                   "--regid=" + std::to_string(user->gid), "--init-groups", "--"};
+      // The rights a rank of the job has (rank_process.cc): the user's uid, its primary group
+      // and no other, no way back to more. The directory is entered after the switch (env -C),
+      // with the user's rights: a directory the user cannot enter fails the trial as it would
+      // fail the job.
+      spec.argv = {"setpriv",
+                   "--reuid=" + std::to_string(user->uid),
+                   "--regid=" + std::to_string(user->gid),
+                   "--groups=" + std::to_string(user->gid),
+                   "--no-new-privs",
+                   "--",
+                   "env",
+                   "-C",
+                   r.workdir,
+                   "--"};
+    } else {
+      spec.cwd = r.workdir;
     }
     spec.argv.push_back(kiln_binary);
     preflight::TrialSpec trial{r.config, r.overrides, r.steps};
     for (std::string& a : preflight::trial_args(trial))
       spec.argv.push_back(std::move(a));
-    spec.cwd = r.workdir;
     // Its own node's name in its log lines; no rank environment: it trains alone.
     spec.env = {{"KILN_HOST", node_name}};
     return spec;

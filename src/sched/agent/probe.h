@@ -71,7 +71,8 @@ Result<ProbeResult> probe_result_from_json(const nlohmann::json& j);
 
 // The command the agent runs: `kiln_binary` with the check's arguments and, for links, the rank
 // environment (node_name as KILN_HOST; rank_address, when set, as KILN_COMM_ADDR). A trial with
-// `user` runs under setpriv(1) as that user, with its groups.
+// `user` runs under setpriv(1) as that user with its primary group only and no new privileges,
+// and enters the job's directory after the switch (env -C). REQUIRES: user's ids are not 0.
 slurm::CommandSpec probe_command(const ProbeRequest& request, const std::string& kiln_binary,
                                  const std::string& node_name, const std::string& rank_address,
                                  const ProbeUser* user = nullptr);

@@ -77,14 +77,35 @@ TEST(ProbeTest, ATrialRunsTheTrainerInTheJobsDirectoryAsItsUser) {
   ASSERT_TRUE(back.ok()) << back.status().to_string();
   const ProbeUser alice{1001, 1002};
   const slurm::CommandSpec spec = probe_command(*back, "/opt/kiln/bin/kiln", "h1", "", &alice);
-  EXPECT_EQ(spec.argv, (std::vector<std::string>{
-                           "setpriv", "--reuid=1001", "--regid=1002", "--init-groups", "--",
-                           "/opt/kiln/bin/kiln", "train", "configs/tiny.yaml", "--max-steps", "5",
-                           "--val-every", "0", "--json", "--threads", "1", "--batch", "4"}));
-  EXPECT_EQ(spec.cwd, "/home/alice/run");
+  EXPECT_EQ(spec.argv, (std::vector<std::string>{"setpriv",
+                                                 "--reuid=1001",
+                                                 "--regid=1002",
+                                                 "--groups=1002",
+                                                 "--no-new-privs",
+                                                 "--",
+                                                 "env",
+                                                 "-C",
+                                                 "/home/alice/run",
+                                                 "--",
+                                                 "/opt/kiln/bin/kiln",
+                                                 "train",
+                                                 "configs/tiny.yaml",
+                                                 "--max-steps",
+                                                 "5",
+                                                 "--val-every",
+                                                 "0",
+                                                 "--json",
+                                                 "--threads",
+                                                 "1",
+                                                 "--batch",
+                                                 "4"}));
+  // The directory is entered as the user, never as the agent.
+  EXPECT_EQ(spec.cwd, "");
   EXPECT_EQ(spec.timeout_ms, 300'000);
-  // Without a user, as the agent's own.
-  EXPECT_EQ(probe_command(*back, "kiln", "h1", "").argv[0], "kiln");
+  // Without a user, as the agent's own, in the job's directory.
+  const slurm::CommandSpec own = probe_command(*back, "kiln", "h1", "");
+  EXPECT_EQ(own.argv[0], "kiln");
+  EXPECT_EQ(own.cwd, "/home/alice/run");
 }
 
 TEST(ProbeTest, ATrialRequestCarriesNoOtherFlagsOrCommands) {

@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <atomic>
 #include <charconv>
+#include <set>
 #include <utility>
 
 #include <kiln/base/clock.h>
@@ -330,25 +331,44 @@ class Routes {
     }
     Result<std::vector<NodeRecord>> all = c_.coordinator->nodes();
     if (!all.ok()) return error_answer(500, all.status().message());
-    // The nodes the job could be placed on: up, and of a GPU model it accepts.
+    // The nodes the job could be placed on: up, of a GPU model it accepts, and idle: a full
+    // check or a trial beside a running job would measure that job, and slow it.
     const std::vector<std::string> models = split_gpu_models(spec->gpu_model);
+    const std::set<std::string> busy = c_.coordinator->busy_nodes();
     std::vector<NodeRecord> chosen;
+    json skipped = json::array();
     for (const NodeRecord& n : *all) {
       if (n.state == "down") continue;
+      if (busy.count(n.name) != 0) {
+        skipped.push_back(n.name);
+        continue;
+      }
       auto model = n.labels.find("gpu_model");
       const std::string m = model == n.labels.end() ? "" : model->second;
       if (!models.empty() && std::find(models.begin(), models.end(), m) == models.end()) continue;
       chosen.push_back(n);
     }
-    if (chosen.empty()) return error_answer(409, "no node that is up can take job " + spec->name);
+    if (chosen.empty()) {
+      return error_answer(
+          409, "no idle node that is up can take job " + spec->name +
+                   (skipped.empty() ? std::string()
+                                    : " (" + std::to_string(skipped.size()) + " run jobs now)"));
+    }
     if (chosen.size() > kPreflightNodesMax) {
       return error_answer(400, "job " + spec->name + " could run on " +
                                    std::to_string(chosen.size()) +
                                    " nodes; preflight checks at most " +
                                    std::to_string(kPreflightNodesMax) + " per request");
     }
-    return run_preflight(caller, chosen, level, level == "full" ? &trial : nullptr,
-                         "job " + spec->name);
+    HttpResponse answer = run_preflight(caller, chosen, level, level == "full" ? &trial : nullptr,
+                                        "job " + spec->name);
+    if (answer.status == 200) {
+      json out = json::parse(answer.body, nullptr, false);
+      out["busy"] = std::move(skipped);  // left out: they run jobs
+      if (level == "full") out["trial_user"] = trial.user.empty() ? "(the agents')" : trial.user;
+      answer.body = out.dump();
+    }
+    return answer;
   }
 
   HttpResponse run_preflight(const Caller& caller, const std::vector<NodeRecord>& chosen,

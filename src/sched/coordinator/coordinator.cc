@@ -144,16 +144,14 @@ Result<JobRecord> Coordinator::submit(const Caller& caller, JobSpec spec,
         " node(s) but the cluster has " + std::to_string(s.nodes.size()));
   }
   // A job that asks its nodes be checked is refused where nothing checks them, rather than left
-  // waiting for a pass that never comes (or placed on nodes nobody checked).
-  if (spec.preflight != PreflightLevel::kNone &&
-      (s.options.preflight_level.empty() || s.external())) {
-    return Status::invalid_argument(
-        "job '" + spec.name +
-        "' asks preflight: " + std::string(preflight_level_name(spec.preflight)) +
-        (s.external() ? ", but its nodes come from an external manager (Slurm's prolog checks "
-                        "them: deploy/slurm/kiln-node-check)"
-                      : ", but this coordinator runs no preflight gate (kiln serve --preflight "
-                        "off); drop the key or run the gate"));
+  // waiting for a pass that never comes (or placed on nodes nobody checked). Under an external
+  // manager Slurm's prolog checks the nodes (deploy/slurm/kiln-node-check): accepted.
+  if (spec.preflight != PreflightLevel::kNone && s.options.preflight_level.empty() &&
+      !s.external()) {
+    return Status::invalid_argument("job '" + spec.name + "' asks preflight: " +
+                                    std::string(preflight_level_name(spec.preflight)) +
+                                    ", but this coordinator runs no preflight gate (kiln serve "
+                                    "--preflight off); drop the key or run the gate");
   }
   if (!s.options.queues.empty()) {
     const QueueSpec* queue = nullptr;

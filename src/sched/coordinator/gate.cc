@@ -196,6 +196,11 @@ Status Coordinator::record_preflight(const preflight::PreflightReport& report,
   return Status();
 }
 
+std::set<std::string> Coordinator::busy_nodes() {
+  std::lock_guard<std::mutex> lock(impl_->mu);
+  return impl_->busy_nodes();
+}
+
 std::vector<NodeRecord> Coordinator::preflight_partners(const std::vector<std::string>& taken,
                                                         size_t n) {
   std::lock_guard<std::mutex> lock(impl_->mu);

@@ -83,15 +83,24 @@ Result<size_t> PreflightGate::check_due() {
   if (due.size() > kPreflightNodesMax) due.resize(kPreflightNodesMax);  // the rest next round
   // The gate's level, or full while a waiting job asks it. A node preflight cordoned at full is
   // checked at full again: a quick pass would not lift it.
+  // A busy node due for another reason (its agent restarted) is checked at the gate's own
+  // level: a full check would measure the job on it.
   const std::string wanted = coordinator_->preflight_level();
   const std::string level = wanted.empty() ? options_.level : wanted;
-  std::vector<NodeRecord> at_gate, at_full;
-  for (NodeRecord& n : due)
-    (preflight_cordon_level(n) == "full" && level != "full" ? at_full : at_gate)
-        .push_back(std::move(n));
+  const std::set<std::string> busy = coordinator_->busy_nodes();
+  std::vector<NodeRecord> at_level, at_gate, at_full;
+  for (NodeRecord& n : due) {
+    if (preflight_cordon_level(n) == "full" && level != "full") {
+      at_full.push_back(std::move(n));
+    } else if (level != options_.level && busy.count(n.name) != 0) {
+      at_gate.push_back(std::move(n));
+    } else {
+      at_level.push_back(std::move(n));
+    }
+  }
   size_t checked = 0;
-  for (const auto& [nodes, lvl] :
-       {std::pair{&at_gate, level}, std::pair{&at_full, std::string("full")}}) {
+  for (const auto& [nodes, lvl] : {std::pair{&at_level, level}, std::pair{&at_gate, options_.level},
+                                   std::pair{&at_full, std::string("full")}}) {
     if (nodes->empty()) continue;
     KILN_RETURN_IF_ERROR(check_locked(*nodes, nullptr, lvl).status());
     checked += nodes->size();
@@ -177,7 +186,8 @@ Result<preflight::PreflightReport> PreflightGate::check_locked(const std::vector
       TrialCheckOptions t = *trial;
       t.expected =
           options_.lock != nullptr && options_.lock->trial ? &*options_.lock->trial : nullptr;
-      trial_check(with_partners, options_.node_token, t, &report);
+      // Only on the nodes asked for: a link partner may be one the job cannot run on.
+      trial_check(nodes, options_.node_token, t, &report);
     }
   }
   KILN_RETURN_IF_ERROR(coordinator_->record_preflight(report, level));

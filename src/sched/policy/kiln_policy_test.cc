@@ -398,6 +398,30 @@ TEST(KilnPolicyTest, AJobsPreflightLevelIsAHardFilterThatSaysWhy) {
   EXPECT_TRUE(fits_idle_cluster(full, s.nodes, &why)) << why;
 }
 
+TEST(KilnPolicyTest, AJobThatAsksFullIsReservedAndNotStarvedByBackfill) {
+  // Two nodes with quick passes; one runs a job for 100 s more. The head job needs both at full:
+  // it is reserved on them (the gate checks the reserved ones at full while they idle), and a
+  // job behind it that would run past its start does not take the idle one.
+  Snapshot s;
+  s.nodes = grid(1, 1, 2);
+  for (NodeView& n : s.nodes)
+    n.preflight_level = 1;
+  run_on(&s, gpu_job("running", 0, 1, 8, 100), {"n000"});
+  JobView full = gpu_job("full", 1, 2);
+  full.preflight_level = 2;
+  JobView behind = gpu_job("behind", 2, 1, 8, 3600);
+  s.waiting = {full, behind};
+  Plan plan = decide(s);
+  EXPECT_TRUE(plan.placements.empty()) << plan.placements[0].job_id;
+  ASSERT_EQ(plan.waiting.count("behind"), 1u);
+  // A short job that ends before the reservation's start still backfills.
+  JobView quick = gpu_job("short", 3, 1, 8, 50);
+  s.waiting = {full, quick};
+  plan = decide(s);
+  ASSERT_EQ(plan.placements.size(), 1u);
+  EXPECT_EQ(plan.placements[0].job_id, "short");
+}
+
 TEST(KilnPolicyTest, FitsIdleClusterRejectsJobsNoNodeCanEverHold) {
   const std::vector<NodeView> nodes = grid(1, 1, 2);
   std::string why;

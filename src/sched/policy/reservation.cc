@@ -6,8 +6,14 @@
 namespace kiln::sched::policy_internal {
 
 std::optional<Reservation> reserve(const Cluster& cluster, const std::vector<Amount>& free,
-                                   std::vector<Release> releases, const Shape& shape,
+                                   std::vector<Release> releases, const Shape& asked,
                                    const std::vector<uint8_t>* avoid, Fit fit, double now_s) {
+  // A job's preflight level does not bound where it may be reserved: the reserved nodes stay
+  // idle, the gate checks idle nodes at the level a waiting job asks, and they pass in time.
+  // Held to the level here, a job that asks full would never be reserved on a busy cluster, and
+  // every job behind it would backfill past it for ever.
+  Shape shape = asked;
+  shape.preflight = 0;
   std::vector<Amount> at = free;
   // Nodes that would hold one share now: a cheap count decides when choose_nodes is worth a try.
   size_t fitting = 0;
