@@ -175,9 +175,17 @@ Status Progress::check_abort() {
   return Status();
 }
 
-Status Progress::check(const WaitTarget& target) {
+Status Progress::check(const WaitTarget& target, FunctionRef<bool()> ready) {
   KILN_RETURN_IF_ERROR(check_abort());
-  if (Status s = check_liveness(target.peer_rank); !s.ok()) return fail(s);
+  const int culprit_before = culprit_rank_;
+  if (Status s = check_liveness(target.peer_rank); !s.ok()) {
+    // The peer may have written what this wait needs and exited since ready() was last read.
+    if (ready()) {
+      culprit_rank_ = culprit_before;
+      return Status();
+    }
+    return fail(s);
+  }
   const Link* failed = nullptr;
   if (Status s = poll_tcp(&failed); !s.ok()) return fail_link(*failed, s);
   if (ctx_.deadline.expired()) {
@@ -246,14 +254,14 @@ Status Progress::wait(FunctionRef<bool()> ready, const WaitTarget& target) {
     } else {
       // About to sleep: make sure nothing already ended the wait, then sleep at most 1 ms.
       publish_wait(target, &published);
-      KILN_RETURN_IF_ERROR(check(target));
+      KILN_RETURN_IF_ERROR(check(target, ready));
       next_check_ns = now_ns + kCheckIntervalNs;
       if (ready()) return Status();
       sleep_once(target);
     }
     now_ns = monotonic_now_ns();
     if (now_ns >= next_check_ns) {
-      KILN_RETURN_IF_ERROR(check(target));
+      KILN_RETURN_IF_ERROR(check(target, ready));
       next_check_ns = now_ns + kCheckIntervalNs;
     }
   }

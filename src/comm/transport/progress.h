@@ -120,8 +120,10 @@ class Progress {
   // state (so every later op fails at once with the same cause).
   Status wait(FunctionRef<bool()> ready, const WaitTarget& target);
 
-  // Checks deadline, abort flags and peer liveness once, without waiting.
-  Status check(const WaitTarget& target);
+  // Checks deadline, abort flags and peer liveness once, without waiting. A peer found dead is
+  // a failure only if ready() is still false: what it wrote before it exited is visible once
+  // its exit is (the last op of a peer that finished and left is complete, not failed).
+  Status check(const WaitTarget& target, FunctionRef<bool()> ready);
   // Only the abort flags (a few atomic loads): cheap enough for the start of every op.
   Status check_abort();
 
