@@ -6,6 +6,8 @@
 #include <initializer_list>
 #include <map>
 #include <string>
+#include <utility>
+#include <vector>
 
 namespace kiln::cli {
 namespace {
@@ -29,14 +31,17 @@ class StateCollector final : public prometheus::Collectable {
         {}};
     for (const auto& [id, value] : f.goodput_by_job) {
       prometheus::ClientMetric m;
-      m.label = {prometheus::ClientMetric::Label{"job", id}};
+      m.label = {prometheus::ClientMetric::Label{"job_id", id}};
       m.gauge.value = value;
       goodput.metric.push_back(m);
     }
-    return {jobs, nodes,
-            obs::single_sample_family("kiln_queue_length", "Jobs queued for placement",
-                                      prometheus::MetricType::Gauge, f.queued),
-            goodput};
+    std::vector<prometheus::MetricFamily> out = {
+        jobs, nodes,
+        obs::single_sample_family("kiln_queue_length", "Jobs queued for placement",
+                                  prometheus::MetricType::Gauge, f.queued),
+        goodput};
+    append_running_jobs(f, &out);
+    return out;
   }
 
  private:
@@ -53,6 +58,63 @@ class StateCollector final : public prometheus::Collectable {
       family.metric.push_back(m);
     }
     return family;
+  }
+
+  // Each running job's progress, by its id alone (`job_id`: Prometheus keeps `job` for the
+  // scrape job); name, team and queue are on kiln_job_info (join on `job_id`), not on every
+  // series. The rules in deploy/prometheus/rules.yml read these.
+  static void append_running_jobs(const sched::Coordinator::Figures& f,
+                                  std::vector<prometheus::MetricFamily>* out) {
+    using prometheus::ClientMetric;
+    auto family = [](const char* name, const char* help) {
+      return prometheus::MetricFamily{name, help, prometheus::MetricType::Gauge, {}};
+    };
+    prometheus::MetricFamily info = family(
+        "kiln_job_info", "1 per running job, with its name, team, queue and attempt as labels");
+    prometheus::MetricFamily step = family("kiln_job_step", "The furthest rank's last step");
+    prometheus::MetricFamily age =
+        family("kiln_job_progress_age_seconds",
+               "Seconds since the rank whose step moved longest ago last moved");
+    prometheus::MetricFamily timeout =
+        family("kiln_job_progress_timeout_seconds",
+               "The job's progress_timeout: this long without a step and it is restarted as hung");
+    prometheus::MetricFamily loss =
+        family("kiln_job_loss", "Rank 0's last train loss (NaN when it is not finite)");
+    prometheus::MetricFamily tokens = family(
+        "kiln_job_tokens_per_second", "Rank 0's last step's tokens per second, every rank's");
+    prometheus::MetricFamily rank_step = family(
+        "kiln_rank_step_seconds", "Each rank's last step time: a straggler's is above its peers'");
+    auto sample = [](prometheus::MetricFamily* fam, std::vector<ClientMetric::Label> labels,
+                     double value) {
+      ClientMetric m;
+      m.label = std::move(labels);
+      m.gauge.value = value;
+      fam->metric.push_back(std::move(m));
+    };
+    for (const auto& [id, j] : f.running) {
+      const ClientMetric::Label job{"job_id", id};
+      sample(&info,
+             {job,
+              {"name", j.name},
+              {"team", j.team},
+              {"queue", j.queue},
+              {"attempt", std::to_string(j.attempt)}},
+             1);
+      sample(&timeout, {job}, j.progress_timeout_s);
+      if (j.step < 0) continue;  // no step yet: nothing to say of its progress
+      sample(&step, {job}, static_cast<double>(j.step));
+      sample(&age, {job}, j.progress_age_s);
+      if (j.has_loss) {
+        sample(&loss, {job}, j.loss);
+        sample(&tokens, {job}, j.tokens_per_s);
+      }
+      for (size_t r = 0; r < j.rank_step_s.size(); ++r) {
+        if (j.rank_step_s[r] > 0)
+          sample(&rank_step, {job, {"rank", std::to_string(r)}}, j.rank_step_s[r]);
+      }
+    }
+    for (prometheus::MetricFamily* fam : {&info, &step, &age, &timeout, &loss, &tokens, &rank_step})
+      out->push_back(std::move(*fam));
   }
 
   sched::Coordinator* c_;

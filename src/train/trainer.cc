@@ -310,6 +310,7 @@ Result<TrainSummary> train(const TrainConfig& config, const TrainerOptions& opti
   const size_t batch_tokens = static_cast<size_t>(h.batch) * h.seq;
   std::vector<int32_t> inputs(batch_tokens), targets(batch_tokens);  // (B, T)
   TrainMetrics metrics(registry);
+  metrics.set_checkpoint_every(checkpoints != nullptr ? options.ckpt_every : 0);
   ProgressLine progress(options.json ? nullptr : out, options.live_progress);
   std::array<char, kStepJsonMax> json_line{};
   const LrSchedule schedule{h.lr, h.min_lr, h.warmup_steps, h.max_steps};

@@ -41,7 +41,9 @@ TrainMetrics::TrainMetrics(obs::MetricsRegistry* registry)
       step_seconds_(group_.add_histogram(
           "kiln_train_step_seconds", "Optimizer step time, validation excluded.",
           obs::exponential_buckets(kStepSecondsFirstBucket, kStepSecondsBucketFactor,
-                                   kStepSecondsBuckets))) {
+                                   kStepSecondsBuckets))),
+      checkpoint_every_(group_.add_gauge("kiln_train_checkpoint_every_steps",
+                                         "Steps between checkpoints (0: none before the end)")) {
   val_loss_.Set(std::numeric_limits<double>::quiet_NaN());
 }
 
@@ -79,6 +81,10 @@ Result<double> measure_peak_gflops(const ops::Context& ctx, double seconds) {
     if (run + 1 >= kProbeRunsMin && static_cast<double>(t1 - start_ns) * 1e-9 >= seconds) break;
   }
   return best;  // flops per ns = GFLOP/s
+}
+
+void TrainMetrics::set_checkpoint_every(int steps) {
+  checkpoint_every_.Set(steps);
 }
 
 }  // namespace kiln::train

@@ -6,6 +6,9 @@
 //   kiln_train_tokens_per_second  gauge      of the last step
 //   kiln_train_mfu                gauge      model FLOP utilisation of the last step, 0..1
 //   kiln_train_step_seconds       histogram  optimizer step time, validation excluded
+//   kiln_train_checkpoint_every_steps  gauge  the checkpoint interval (0: none, or only at the
+//                                             end): with kiln_ckpt_last_durable_step, how stale
+//                                             the newest checkpoint may be (rules.yml)
 //
 // Updating a series allocates nothing (prometheus-cpp's gauges and histograms are atomics and
 // fixed bucket arrays), so record() may run inside the training loop.
@@ -25,6 +28,7 @@ class TrainMetrics {
   explicit TrainMetrics(obs::MetricsRegistry* registry);
 
   void record(const StepReport& report);
+  void set_checkpoint_every(int steps);
 
  private:
   obs::MetricGroup group_;
@@ -35,6 +39,7 @@ class TrainMetrics {
   prometheus::Gauge& mfu_;
   prometheus::Gauge& comm_exposed_seconds_;
   prometheus::Histogram& step_seconds_;
+  prometheus::Gauge& checkpoint_every_;
 };
 
 // The probe's run time: long enough for a dozen timed sgemms at the peak of a small machine,

@@ -118,6 +118,8 @@ struct RankReport {
   int64_t step = -1;             // newest step the rank reported (-1: none yet)
   double step_ms = 0;            // that step's time
   int64_t progress_age_ms = -1;  // how long ago the newest progress line came (-1: never)
+  double loss = 0;               // that step's train loss (NaN: not finite)
+  double tokens_per_s = 0;       // that step's, over every rank
   char proc_state = '?';         // /proc/<pid>/stat's state: 'T' is stopped by a signal
   // When !running: how it ended.
   bool exited = false;  // false: killed by a signal
@@ -308,11 +310,26 @@ class Coordinator {
   void tick();
 
   // Figures for /metrics.
+  // What a running job's ranks last reported, for /metrics and its alerts.
+  struct JobFigures {
+    std::string name;
+    std::string team;
+    std::string queue;
+    int attempt = 0;
+    int64_t step = -1;          // the furthest rank's; -1: no step yet
+    double progress_age_s = 0;  // since the rank that moved longest ago last moved
+    double progress_timeout_s = 0;
+    double loss = 0;  // rank 0's last step's (NaN: not finite)
+    bool has_loss = false;
+    double tokens_per_s = 0;          // rank 0's figure (every rank's tokens)
+    std::vector<double> rank_step_s;  // each rank's last step time; 0: none yet
+  };
   struct Figures {
     std::map<std::string, int> jobs_by_state;
     std::map<std::string, int> nodes_by_state;
     int queued = 0;
     std::map<std::string, double> goodput_by_job;  // running jobs
+    std::map<std::string, JobFigures> running;     // by job id
   };
   Figures figures();
   // Samples since the last call (seconds), for the histograms.

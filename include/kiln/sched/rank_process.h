@@ -111,7 +111,7 @@ struct RankExitInfo {
 struct RankProgress {
   int64_t step = -1;  // -1: no step line yet
   double step_ms = 0;
-  double loss = 0;
+  double loss = 0;  // NaN when the line said null (a diverged loss)
   double tokens_per_s = 0;
   int64_t updated_mono_ns = 0;  // when the latest line arrived (supervisor's clock); 0: never
   bool done = false;            // the rank wrote {"event":"done"}

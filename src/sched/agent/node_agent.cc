@@ -139,6 +139,8 @@ struct JoinedAgent::Impl {
       if (std::optional<RankProgress> p = supervisor->progress(key)) {
         rr.step = p->step;
         rr.step_ms = p->step_ms;
+        rr.loss = p->loss;
+        rr.tokens_per_s = p->tokens_per_s;
         rr.progress_age_ms = p->updated_mono_ns > 0 ? (now - p->updated_mono_ns) / kNsPerMs : -1;
       }
       if (!r.start_error.empty()) {

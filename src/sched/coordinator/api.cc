@@ -4,6 +4,8 @@
 #include <algorithm>
 #include <atomic>
 #include <charconv>
+#include <cmath>
+#include <limits>
 #include <set>
 #include <utility>
 
@@ -445,6 +447,9 @@ json to_json(const AgentReport& report) {
                      {"running", r.running},
                      {"step", r.step},
                      {"step_ms", r.step_ms},
+                     // JSON has no NaN: a diverged loss travels as null.
+                     {"loss", std::isfinite(r.loss) ? json(r.loss) : json(nullptr)},
+                     {"tokens_per_s", r.tokens_per_s},
                      {"progress_age_ms", r.progress_age_ms},
                      {"proc_state", std::string(1, r.proc_state)},
                      {"exited", r.exited},
@@ -500,6 +505,14 @@ Result<AgentReport> agent_report_from_json(const json& j) {
       rr.step = field_or<int64_t>(r, "step", -1);
       rr.step_ms = field_or<double>(r, "step_ms", 0);
       rr.progress_age_ms = field_or<int64_t>(r, "progress_age_ms", -1);
+      {
+        auto loss = r.find("loss");
+        rr.loss = loss == r.end()     ? 0
+                  : loss->is_number() ? loss->get<double>()
+                  : loss->is_null()   ? std::numeric_limits<double>::quiet_NaN()
+                                      : 0;
+      }
+      rr.tokens_per_s = field_or<double>(r, "tokens_per_s", 0);
       const std::string ps = field_or<std::string>(r, "proc_state", "?");
       rr.proc_state = ps.empty() ? '?' : ps[0];
       rr.exited = field_or<bool>(r, "exited", false);

@@ -393,7 +393,30 @@ Coordinator::Figures Coordinator::figures() {
   for (const auto& [id, job] : s.jobs) {
     ++f.jobs_by_state[job.state];
     if (job.state == "queued") ++f.queued;
-    if (job.state == "running") f.goodput_by_job[id] = s.goodput_of(job);
+    if (job.state != "running") continue;
+    f.goodput_by_job[id] = s.goodput_of(job);
+    JobFigures& j = f.running[id];
+    j.name = job.spec.name;
+    j.team = job.team;
+    j.queue = job.spec.queue;
+    j.attempt = job.attempt;
+    j.progress_timeout_s = static_cast<double>(job.spec.progress_timeout_ms) / 1e3;
+    auto rt = s.runtime.find(id);
+    if (rt == s.runtime.end()) continue;
+    const int64_t now = s.mono();
+    for (const RankRuntime& r : rt->second.ranks) {
+      j.step = std::max(j.step, r.step);
+      if (!r.ended && r.progress_mono_ns > 0) {
+        j.progress_age_s =
+            std::max(j.progress_age_s, static_cast<double>(now - r.progress_mono_ns) / 1e9);
+      }
+      j.rank_step_s.push_back(r.step >= 0 ? r.step_ms / 1e3 : 0);
+    }
+    if (!rt->second.ranks.empty() && rt->second.ranks[0].step >= 0) {
+      j.loss = rt->second.ranks[0].loss;
+      j.has_loss = true;
+      j.tokens_per_s = rt->second.ranks[0].tokens_per_s;
+    }
   }
   for (const auto& [name, node] : s.nodes)
     ++f.nodes_by_state[node.state];

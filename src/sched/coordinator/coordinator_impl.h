@@ -38,7 +38,9 @@ struct RankRuntime {
   bool ended = false;
   bool ok = false;  // ended with 0 (or 75 while stopping)
   int64_t step = -1;
-  double step_ms = 0;            // the newest step's time, for the checkpoint-age estimate
+  double step_ms = 0;  // the newest step's time, for the checkpoint-age estimate
+  double loss = 0;     // the newest step's (NaN: not finite)
+  double tokens_per_s = 0;
   int64_t progress_mono_ns = 0;  // when its step counter last moved (or the attempt began)
   char proc_state = '?';
   RankReport end;  // how it ended

@@ -34,6 +34,7 @@
 #include <atomic>
 #include <cerrno>
 #include <cstring>
+#include <limits>
 #include <mutex>
 #include <thread>
 #include <unordered_map>
@@ -546,7 +547,10 @@ void RankSupervisor::Impl::on_progress_line(RankState* r, std::string_view line,
   } else if (step != j->end() && step->is_number_integer()) {
     p.step = step->get<int64_t>();
     p.step_ms = number("step_ms");
-    p.loss = number("loss");
+    // A loss that is not finite is written as null: keep it NaN, an alert's business.
+    const auto loss = j->find("loss");
+    p.loss = loss != j->end() && loss->is_null() ? std::numeric_limits<double>::quiet_NaN()
+                                                 : number("loss");
     p.tokens_per_s = number("tokens_per_s");
   } else {
     ++p.lines_bad;
