@@ -21,6 +21,7 @@ FACT_FIELDS = {
     "cpu": ["vendor", "model", "logical_cores", "physical_cores", "sockets", "isa_flags",
             "best_isa"],
     "memory": ["total_bytes", "available_bytes", "hugepages_total"],
+    "load": ["cpus_online", "loadavg_1m"],
     "kernel_params": ["shm_total_bytes", "shm_free_bytes", "shmmax_bytes", "open_files_soft",
                       "open_files_hard", "somaxconn", "rmem_max_bytes", "wmem_max_bytes",
                       "overcommit_memory", "transparent_hugepage", "numa_nodes", "cgroup_layout"],
@@ -73,7 +74,16 @@ class FactsTest(unittest.TestCase):
         facts = json.loads(lines[0])
         self.assertEqual(facts["schema"], "kiln.facts/1")
         self.assertEqual(set(facts), {"schema", "collected_at", "shared_objects", "environment",
-                                      *FACT_FIELDS})
+                                      "disks", *FACT_FIELDS})
+        # No directory asked for: no disks; each one asked for, with its free space.
+        self.assertEqual(facts["disks"], [])
+        r = run_kiln("facts", "--json", "--dir", "/tmp", "--dir", "/no/such/dir")
+        disks = json.loads(r.stdout)["disks"]
+        self.assertEqual([d["path"] for d in disks], ["/tmp", "/no/such/dir"])
+        self.assertGreater(disks[0]["free_bytes"], 0)
+        self.assertGreaterEqual(disks[0]["total_bytes"], disks[0]["free_bytes"])
+        self.assertIsNone(disks[1]["free_bytes"])
+        self.assertEqual(facts["load"]["cpus_online"], os.cpu_count())
         for section, fields in FACT_FIELDS.items():
             for field in fields:
                 self.assertIn(field, facts[section], f"{section}.{field} missing")

@@ -3,6 +3,7 @@ SOTU shards: the JSON lines and their fields, the progress line on a terminal an
 config and flag errors, /metrics while training, the debug dump's files read by plain Python,
 export, and sampling that is deterministic for a seed and whose ids decode to the printed text.
 Needs the data from scripts/fetch-data."""
+import hashlib
 import json
 import os
 import pty
@@ -38,7 +39,8 @@ train:
 """
 STEP_FIELDS = {"step", "loss", "lr", "grad_norm", "tokens_per_s", "step_ms", "mfu", "world",
                "comm_exposed_ms", "ckpt_stall_ms"}
-DONE_FIELDS = {"event", "steps", "train_loss", "val_loss", "tokens_per_s", "peak_rss_bytes"}
+DONE_FIELDS = {"event", "steps", "train_loss", "val_loss", "tokens_per_s", "peak_rss_bytes",
+               "config_sha256"}
 TIMEOUT_S = 120  # one command; these runs take seconds
 
 
@@ -122,6 +124,9 @@ class TrainCliTest(unittest.TestCase):
         self.assertEqual(done["train_loss"], lines[3]["loss"])
         self.assertEqual(done["val_loss"], lines[3]["val_loss"])
         self.assertGreater(done["peak_rss_bytes"], 10 << 20)
+        # What was run: the config's text, hashed independently here.
+        with open(self.config, "rb") as f:
+            self.assertEqual(done["config_sha256"], hashlib.sha256(f.read()).hexdigest())
 
     def test_same_seed_same_losses_and_flags_override(self):
         a = self.train_json("--max-steps", "3", "--val-every", "0")
