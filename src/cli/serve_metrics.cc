@@ -83,7 +83,11 @@ class StateCollector final : public prometheus::Collectable {
     prometheus::MetricFamily tokens = family(
         "kiln_job_tokens_per_second", "Rank 0's last step's tokens per second, every rank's");
     prometheus::MetricFamily rank_step = family(
-        "kiln_rank_step_seconds", "Each rank's last step time: a straggler's is above its peers'");
+        "kiln_rank_step_seconds", "Each rank's last step time (its collective wait included)");
+    prometheus::MetricFamily rank_compute =
+        family("kiln_rank_compute_seconds",
+               "Each rank's own work in its last step (the step less its wait on the gradient "
+               "collective): a straggler's is above its peers'");
     auto sample = [](prometheus::MetricFamily* fam, std::vector<ClientMetric::Label> labels,
                      double value) {
       ClientMetric m;
@@ -108,12 +112,18 @@ class StateCollector final : public prometheus::Collectable {
         sample(&loss, {job}, j.loss);
         sample(&tokens, {job}, j.tokens_per_s);
       }
+      for (size_t r = 0; r < j.rank_compute_s.size(); ++r) {
+        if (j.rank_compute_s[r] >= 0) {
+          sample(&rank_compute, {job, {"rank", std::to_string(r)}}, j.rank_compute_s[r]);
+        }
+      }
       for (size_t r = 0; r < j.rank_step_s.size(); ++r) {
         if (j.rank_step_s[r] > 0)
           sample(&rank_step, {job, {"rank", std::to_string(r)}}, j.rank_step_s[r]);
       }
     }
-    for (prometheus::MetricFamily* fam : {&info, &step, &age, &timeout, &loss, &tokens, &rank_step})
+    for (prometheus::MetricFamily* fam :
+         {&info, &step, &age, &timeout, &loss, &tokens, &rank_step, &rank_compute})
       out->push_back(std::move(*fam));
   }
 

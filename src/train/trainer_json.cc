@@ -94,6 +94,7 @@ std::string_view format_progress_json(const StepReport& r, std::span<char> buf) 
   w.field("step_ms", r.step_ms);
   w.field("loss", r.loss);
   w.field("tokens_per_s", r.tokens_per_s);
+  w.field("comm_exposed_ms", r.comm_exposed_ms);
   w.text("}\n");
   return w.view();
 }

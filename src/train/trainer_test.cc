@@ -435,11 +435,13 @@ TEST_F(TrainerTest, TheProgressFdGetsOneJsonLinePerStepAndADoneLine) {
   ASSERT_EQ(got.size(), 4u);
   for (size_t i = 0; i < 3; ++i) {
     const nlohmann::json& j = got[i];
-    EXPECT_EQ(j.size(), 4u) << j.dump();
+    EXPECT_EQ(j.size(), 5u) << j.dump();
     EXPECT_EQ(j["step"], reports[i].step);
     EXPECT_FLOAT_EQ(static_cast<float>(j["loss"].get<double>()), reports[i].loss);
     EXPECT_DOUBLE_EQ(j["step_ms"].get<double>(), reports[i].step_ms);
     EXPECT_DOUBLE_EQ(j["tokens_per_s"].get<double>(), reports[i].tokens_per_s);
+    // The rank's wait on the gradient collective: with the step time, its own work.
+    EXPECT_DOUBLE_EQ(j["comm_exposed_ms"].get<double>(), reports[i].comm_exposed_ms);
   }
   EXPECT_EQ(got[3], nlohmann::json::parse(R"({"event":"done","steps":3,"stopped":false})"));
   EXPECT_NE(fcntl(pipe.write_end, F_GETFD), -1) << "the descriptor is still open, the caller's";

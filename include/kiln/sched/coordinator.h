@@ -120,6 +120,7 @@ struct RankReport {
   int64_t progress_age_ms = -1;  // how long ago the newest progress line came (-1: never)
   double loss = 0;               // that step's train loss (NaN: not finite)
   double tokens_per_s = 0;       // that step's, over every rank
+  double comm_exposed_ms = 0;    // that step's wait on the gradient collective
   char proc_state = '?';         // /proc/<pid>/stat's state: 'T' is stopped by a signal
   // When !running: how it ended.
   bool exited = false;  // false: killed by a signal
@@ -323,6 +324,10 @@ class Coordinator {
     bool has_loss = false;
     double tokens_per_s = 0;          // rank 0's figure (every rank's tokens)
     std::vector<double> rank_step_s;  // each rank's last step time; 0: none yet
+    // Each rank's own work in that step: its step time less its wait on the gradient
+    // collective. In a synchronous step every rank waits for the slowest, so the step times are
+    // alike and a straggler stands out only here. -1: none yet.
+    std::vector<double> rank_compute_s;
   };
   struct Figures {
     std::map<std::string, int> jobs_by_state;

@@ -113,6 +113,7 @@ struct RankProgress {
   double step_ms = 0;
   double loss = 0;  // NaN when the line said null (a diverged loss)
   double tokens_per_s = 0;
+  double comm_exposed_ms = 0;   // this rank's wait on the gradient collective in that step
   int64_t updated_mono_ns = 0;  // when the latest line arrived (supervisor's clock); 0: never
   bool done = false;            // the rank wrote {"event":"done"}
   int64_t lines_bad = 0;        // lines that were not progress JSON (ignored)

@@ -115,7 +115,9 @@ struct TrainerOptions {
   const StopRequest* stop = nullptr;
 
   // A node agent's progress pipe (-1: none). Every rank, not only rank 0, writes one line per
-  // optimizer step, {"step":N,"step_ms":X,"loss":Y,"tokens_per_s":Z} (loss: the mean over ranks),
+  // optimizer step, {"step":N,"step_ms":X,"loss":Y,"tokens_per_s":Z,"comm_exposed_ms":C} (loss:
+  // the mean over ranks; C: this rank's wait on the gradient collective, so that X - C is its
+  // own work, the figure a straggler stands out by: in step X every rank waits for the slowest),
   // and {"event":"done","steps":N,"stopped":B} after the last; each at most kProgressLineBytesMax
   // bytes with its newline. train() makes the descriptor non-blocking: a line the pipe has no
   // room for (nobody reading) is dropped whole, and a reader that went away ends the channel

@@ -141,6 +141,7 @@ struct JoinedAgent::Impl {
         rr.step_ms = p->step_ms;
         rr.loss = p->loss;
         rr.tokens_per_s = p->tokens_per_s;
+        rr.comm_exposed_ms = p->comm_exposed_ms;
         rr.progress_age_ms = p->updated_mono_ns > 0 ? (now - p->updated_mono_ns) / kNsPerMs : -1;
       }
       if (!r.start_error.empty()) {

@@ -450,6 +450,7 @@ json to_json(const AgentReport& report) {
                      // JSON has no NaN: a diverged loss travels as null.
                      {"loss", std::isfinite(r.loss) ? json(r.loss) : json(nullptr)},
                      {"tokens_per_s", r.tokens_per_s},
+                     {"comm_exposed_ms", r.comm_exposed_ms},
                      {"progress_age_ms", r.progress_age_ms},
                      {"proc_state", std::string(1, r.proc_state)},
                      {"exited", r.exited},
@@ -513,6 +514,7 @@ Result<AgentReport> agent_report_from_json(const json& j) {
                                       : 0;
       }
       rr.tokens_per_s = field_or<double>(r, "tokens_per_s", 0);
+      rr.comm_exposed_ms = field_or<double>(r, "comm_exposed_ms", 0);
       const std::string ps = field_or<std::string>(r, "proc_state", "?");
       rr.proc_state = ps.empty() ? '?' : ps[0];
       rr.exited = field_or<bool>(r, "exited", false);

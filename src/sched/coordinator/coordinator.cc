@@ -411,6 +411,8 @@ Coordinator::Figures Coordinator::figures() {
             std::max(j.progress_age_s, static_cast<double>(now - r.progress_mono_ns) / 1e9);
       }
       j.rank_step_s.push_back(r.step >= 0 ? r.step_ms / 1e3 : 0);
+      j.rank_compute_s.push_back(r.step >= 0 ? std::max(0.0, r.step_ms - r.comm_exposed_ms) / 1e3
+                                             : -1);
     }
     if (!rt->second.ranks.empty() && rt->second.ranks[0].step >= 0) {
       j.loss = rt->second.ranks[0].loss;

@@ -41,6 +41,7 @@ struct RankRuntime {
   double step_ms = 0;  // the newest step's time, for the checkpoint-age estimate
   double loss = 0;     // the newest step's (NaN: not finite)
   double tokens_per_s = 0;
+  double comm_exposed_ms = 0;    // the newest step's wait on the gradient collective
   int64_t progress_mono_ns = 0;  // when its step counter last moved (or the attempt began)
   char proc_state = '?';
   RankReport end;  // how it ended

@@ -180,6 +180,7 @@ Status Coordinator::Impl::take_report(const AgentReport& report, bool* changed) 
       rank.step_ms = r.step_ms;
       rank.loss = r.loss;
       rank.tokens_per_s = r.tokens_per_s;
+      rank.comm_exposed_ms = r.comm_exposed_ms;
       rank.progress_mono_ns = now - std::max<int64_t>(r.progress_age_ms, 0) * 1'000'000;
       if (rt.awaiting_recovery && rt.fault_mono_ns != 0) {
         samples.recovery_s.push_back(static_cast<double>(now - rt.fault_mono_ns) / 1e9);

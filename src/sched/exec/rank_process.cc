@@ -552,6 +552,7 @@ void RankSupervisor::Impl::on_progress_line(RankState* r, std::string_view line,
     p.loss = loss != j->end() && loss->is_null() ? std::numeric_limits<double>::quiet_NaN()
                                                  : number("loss");
     p.tokens_per_s = number("tokens_per_s");
+    p.comm_exposed_ms = number("comm_exposed_ms");
   } else {
     ++p.lines_bad;
     return;
