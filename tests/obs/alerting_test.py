@@ -99,7 +99,8 @@ class AlertDeliveryTest(unittest.TestCase):
         prom_port = free_port()
         prom_config = os.path.join(self.tmp, "prometheus.yml")
         with open(prom_config, "w") as f:
-            f.write("global: {scrape_interval: 1s, evaluation_interval: 1s}\n"
+            # Scrapes of 2 s: one slow answer of a loaded host is not a gap that resets `for`.
+            f.write("global: {scrape_interval: 2s, scrape_timeout: 2s, evaluation_interval: 1s}\n"
                     f"rule_files: ['{RULES}']\n"
                     f"alerting: {{alertmanagers: [{{static_configs: [{{targets: "
                     f"['127.0.0.1:{am_port}']}}]}}]}}\n"
