@@ -1,6 +1,8 @@
 // The trial run's command and judgement (kiln/preflight/trial.h).
 #include <kiln/preflight/trial.h>
 
+#include <kiln/preflight/probe_output.h>
+
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -149,23 +151,12 @@ TrialResult parse_trial_output(const std::string& node, int exit_code, const std
   TrialResult r;
   r.node = node;
   nlohmann::json done;
-  size_t start = 0;
-  while (start < out.size()) {
-    size_t end = out.find('\n', start);
-    if (end == std::string::npos) end = out.size();
-    nlohmann::json line = nlohmann::json::parse(out.substr(start, end - start), nullptr, false);
-    start = end + 1;
-    if (line.is_object() && line.value("event", "") == "done") done = std::move(line);
-  }
+  for (nlohmann::json& line : json_lines(out))
+    if (line.value("event", "") == "done") done = std::move(line);
   if (exit_code != 0 || !done.is_object()) {
     // What a person needs: the last line the run wrote on its error output.
-    std::string last = err;
-    while (!last.empty() && (last.back() == '\n' || last.back() == ' '))
-      last.pop_back();
-    const size_t nl = last.rfind('\n');
-    if (nl != std::string::npos) last = last.substr(nl + 1);
-    r.error = "exit " + std::to_string(exit_code) + ": " + (last.empty() ? "(no output)" : last);
-    if (exit_code == 0) r.error = "no final line in the trainer's output";
+    r.error = exit_code == 0 ? "no final line in the trainer's output"
+                             : "exit " + std::to_string(exit_code) + ": " + last_line(err);
     return r;
   }
   r.ran = true;

@@ -10,11 +10,15 @@
 
 #include <kiln/base/clock.h>
 #include <kiln/obs/http_client.h>
+#include <kiln/preflight/probe_output.h>
 
 #include "sched/agent/probe.h"
 
 namespace kiln::sched {
 namespace {
+
+using preflight::json_lines;
+using preflight::last_line;
 
 constexpr size_t kAgentsAtOnce = 16;
 
@@ -119,29 +123,6 @@ Result<ProbeResult> run_probe(const NodeRecord& node, const std::string& node_to
   Result<ProbeResult> parsed = probe_result_from_json(body);
   if (!parsed.ok()) return parsed.status().with_context("node " + node.name);
   return parsed;
-}
-
-// The last non-empty line of a probe's error output: what a person needs of it.
-std::string last_line(const std::string& text) {
-  size_t end = text.find_last_not_of("\n ");
-  if (end == std::string::npos) return "(no output)";
-  const size_t begin = text.rfind('\n', end);
-  return text.substr(begin == std::string::npos ? 0 : begin + 1,
-                     end + 1 - (begin == std::string::npos ? 0 : begin + 1));
-}
-
-// The JSON objects of a probe's output, one per line; other lines are left out.
-std::vector<nlohmann::json> json_lines(const std::string& out) {
-  std::vector<nlohmann::json> lines;
-  size_t start = 0;
-  while (start < out.size()) {
-    size_t end = out.find('\n', start);
-    if (end == std::string::npos) end = out.size();
-    nlohmann::json line = nlohmann::json::parse(out.substr(start, end - start), nullptr, false);
-    start = end + 1;
-    if (line.is_object()) lines.push_back(std::move(line));
-  }
-  return lines;
 }
 
 // Runs `request_of(i)` on every node at once (the link check needs every rank up together).
