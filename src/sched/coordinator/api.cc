@@ -362,20 +362,15 @@ class Routes {
                                    " nodes; preflight checks at most " +
                                    std::to_string(kPreflightNodesMax) + " per request");
     }
-    HttpResponse answer = run_preflight(caller, chosen, level, level == "full" ? &trial : nullptr,
-                                        "job " + spec->name);
-    if (answer.status == 200) {
-      json out = json::parse(answer.body, nullptr, false);
-      out["busy"] = std::move(skipped);  // left out: they run jobs
-      if (level == "full") out["trial_user"] = trial.user.empty() ? "(the agents')" : trial.user;
-      answer.body = out.dump();
-    }
-    return answer;
+    json extra = {{"busy", std::move(skipped)}};  // left out: they run jobs
+    if (level == "full") extra["trial_user"] = trial.user.empty() ? "(the agents')" : trial.user;
+    return run_preflight(caller, chosen, level, level == "full" ? &trial : nullptr,
+                         "job " + spec->name, std::move(extra));
   }
 
   HttpResponse run_preflight(const Caller& caller, const std::vector<NodeRecord>& chosen,
                              const std::string& level, const TrialCheckOptions* trial,
-                             const std::string& what) const {
+                             const std::string& what, json extra = json::object()) const {
     if (level != "quick" && level != "full") {
       return error_answer(400, "level '" + level + "': quick or full");
     }
@@ -391,6 +386,8 @@ class Routes {
     json body = preflight::report_json(*report);
     body["lock"] = c_.preflight->has_lock();
     body["level"] = level;
+    for (auto& [key, value] : extra.items())
+      body[key] = std::move(value);
     return json_answer(200, body);
   }
 
