@@ -135,6 +135,7 @@ struct PreflightFlags {
   int trial_nodes = preflight::kTrialNodesDefault;
   std::string team;  // with --job: whose Unix user the trial runs as (default: the caller's team)
   preflight::HealthThresholds health;  // with --facts; through the coordinator, kiln serve's
+  HealthFlags health_flags;
   ClientFlags client;
 };
 
@@ -340,12 +341,7 @@ int run_preflight(const PreflightFlags& flags) {
                                          "--lock goes with --facts; through the coordinator the "
                                          "lock is the one `kiln serve --lock` was given"));
   }
-  const preflight::HealthThresholds d;
-  const preflight::HealthThresholds& h = flags.health;
-  if (h.shm_free_bytes_min != d.shm_free_bytes_min ||
-      h.memory_available_bytes_min != d.memory_available_bytes_min ||
-      h.open_files_min != d.open_files_min || h.clock_offset_ms_max != d.clock_offset_ms_max ||
-      h.load_per_cpu_max != d.load_per_cpu_max || h.disk_free_bytes_min != d.disk_free_bytes_min) {
+  if (flags.health_flags.any_given()) {
     return report_error(
         "preflight", Status::invalid_argument("--health-* go with --facts; through the coordinator "
                                               "the thresholds are `kiln serve --health-*`"));
@@ -415,7 +411,7 @@ Command add_preflight_command(CLI::App& parent) {
                   "with --job at full: how many of the passing nodes run the trial")
       ->capture_default_str()
       ->check(CLI::Range(1, preflight::kTrialNodesMax));
-  add_health_flags(app, &flags->health);
+  flags->health_flags = add_health_flags(app, &flags->health);
   add_client_flags(app, &flags->client);
   return {app, [flags](const GlobalOptions&) { return run_preflight(*flags); }};
 }

@@ -80,7 +80,7 @@ struct ServeFlags {
   std::string preflight = "quick";
   int64_t preflight_valid_s = 3600;
   preflight::HealthThresholds health;  // preflight's health thresholds (--health-*)
-  CLI::Option* health_load_flag = nullptr;
+  HealthFlags health_flags;
 };
 
 // A pid from the state's settings; 0 (no process) when the text is not one.
@@ -322,8 +322,7 @@ int run_serve(ServeFlags flags, const GlobalOptions& globals) {
   gate_options.lock = lock;
   gate_options.thresholds = flags.health;
   // The embedded cluster's nodes share this host: its load is theirs, not a stranger's.
-  if (flags.local_nodes > 0 && flags.health_load_flag != nullptr &&
-      flags.health_load_flag->count() == 0) {
+  if (flags.local_nodes > 0 && flags.health_flags.load->count() == 0) {
     gate_options.thresholds.load_per_cpu_max = 0;
   }
   gate_options.store_address = *store_address;
@@ -511,7 +510,7 @@ Command add_serve_command(CLI::App& parent) {
       ->capture_default_str()
       ->check(CLI::Range(int64_t{10}, int64_t{86400 * 30}));
   // Preflight's health thresholds, per cluster: a node below one is cordoned by the gate.
-  flags->health_load_flag = add_health_flags(app, &flags->health);
+  flags->health_flags = add_health_flags(app, &flags->health);
   app->add_flag("--json", flags->json, "print the serving line as JSON");
   return {app, [flags](const GlobalOptions& globals) { return run_serve(*flags, globals); }};
 }

@@ -5,14 +5,24 @@
 
 #include <CLI/CLI.hpp>
 
+#include <vector>
+
 #include <kiln/preflight/health.h>
 
 namespace kiln::cli {
 
+// The options add_health_flags made, to ask after parsing which were given.
+struct HealthFlags {
+  // --health-load-per-cpu: whether it was given decides its default where every node shares
+  // one host (kiln serve --local-nodes).
+  CLI::Option* load = nullptr;
+  std::vector<CLI::Option*> all;
+
+  bool any_given() const;
+};
+
 // Adds the flags to `app`, each writing its field of `thresholds` (defaults shown in --help).
-// Returns --health-load-per-cpu's option: whether it was given (count()) decides its default
-// where every node shares one host (kiln serve --local-nodes).
-CLI::Option* add_health_flags(CLI::App* app, preflight::HealthThresholds* thresholds);
+HealthFlags add_health_flags(CLI::App* app, preflight::HealthThresholds* thresholds);
 
 }  // namespace kiln::cli
 
