@@ -149,6 +149,9 @@ class TrialRunTest(unittest.TestCase):
         self.assertGreater(last["seconds"]["trial"], 0)
         off = [f for f in findings if f["node"] == "a3"]
         self.assertEqual(len(off), 1, findings)
+        print(f"3-step loss: lock {expected_loss!r}, a1 {trial['a1']['loss']!r}, "
+              f"a2 {trial['a2']['loss']!r}, a3 (other data) {trial['a3']['loss']!r}",
+              file=sys.stderr)
         self.assertEqual((off[0]["check"], off[0]["path"], off[0]["against"]),
                          ("trial", "trial.loss", "lock"))
         self.assertTrue(off[0]["expected"].endswith(" within 0.01%"), off[0])
