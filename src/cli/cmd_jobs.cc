@@ -1,10 +1,8 @@
 // The coordinator's client commands: submit, status, events, logs, cancel, nodes, cordon,
 // uncordon. Each resolves the server and token (server_address.h), calls the API (sched/api.h)
 // with deadlines, and prints a table or, with --json, JSON lines (the scripted interface).
-#include <unistd.h>
 
 #include <chrono>
-#include <fstream>
 #include <iomanip>
 #include <iostream>
 #include <sstream>
@@ -12,7 +10,6 @@
 
 #include <nlohmann/json.hpp>
 
-#include <kiln/base/config.h>
 #include <kiln/obs/http_client.h>
 
 #include "cli/client.h"
@@ -24,7 +21,6 @@ namespace {
 using json = nlohmann::json;
 
 constexpr int64_t kFollowPollMs = 500;
-constexpr size_t kSpecBytesMax = kConfigBytesMax;
 
 std::string text_of(const json& j, const char* key) {
   if (!j.contains(key) || j[key].is_null()) return "";
@@ -50,23 +46,14 @@ void print_event(const json& e) {
 }
 
 int run_submit(const ClientFlags& flags, const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return report_error("submit", Status::not_found(path + ": cannot open the job spec"));
-  std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  if (text.size() > kSpecBytesMax) {
-    return report_error(
-        "submit", Status::invalid_argument(path + ": larger than " + std::to_string(kSpecBytesMax) +
-                                           " bytes"));
-  }
-  char cwd[4096];
-  if (getcwd(cwd, sizeof(cwd)) == nullptr) {
-    return report_error("submit", Status::io_error("cannot read the working directory"));
-  }
+  Result<JobFile> job = read_job_file(path);
+  if (!job.ok()) return report_error("submit", job.status());
   Client c = connect(flags, "submit");
   if (!c.http) return c.error;
   int code = 0;
   Result<json> body = call(
-      c.http->post("/v1/jobs", json{{"spec", text}, {"source", path}, {"workdir", cwd}}.dump()),
+      c.http->post("/v1/jobs",
+                   json{{"spec", job->text}, {"source", path}, {"workdir", job->workdir}}.dump()),
       201, "submit", &code);
   if (!body.ok()) return code;
   if (flags.json) {

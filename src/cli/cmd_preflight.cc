@@ -19,7 +19,6 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
-#include <fstream>
 #include <iomanip>
 #include <iostream>
 #include <optional>
@@ -35,8 +34,6 @@ namespace {
 // A trial's steps take seconds each for the models Kiln trains on CPUs; ten minutes is a
 // trial that hangs.
 constexpr int64_t kTrialTimeoutMs = 600'000;
-// A job file is a few KiB; the coordinator refuses larger specs anyway.
-constexpr size_t kJobFileBytesMax = 256 * 1024;
 
 struct LockFlags {
   std::string facts_path;  // empty: this node's facts
@@ -283,25 +280,11 @@ int run_job_preflight(const PreflightFlags& flags) {
                         Status::invalid_argument("--job and --nodes exclude each other: the job's "
                                                  "nodes are those it could be placed on"));
   }
-  std::ifstream in(flags.job, std::ios::binary);
-  if (!in)
-    return report_error("preflight",
-                        Status::not_found("--job " + flags.job + ": cannot be opened"));
-  std::string text(kJobFileBytesMax + 1, '\0');
-  in.read(text.data(), static_cast<std::streamsize>(text.size()));
-  text.resize(static_cast<size_t>(in.gcount()));
-  if (text.size() > kJobFileBytesMax) {
-    return report_error("preflight",
-                        Status::invalid_argument("--job " + flags.job + ": larger than " +
-                                                 std::to_string(kJobFileBytesMax) + " bytes"));
-  }
-  char cwd[4096];
-  if (getcwd(cwd, sizeof(cwd)) == nullptr) {
-    return report_error("preflight", Status::io_error("cannot read the working directory"));
-  }
-  nlohmann::json request = {{"job", text},
+  Result<JobFile> job = read_job_file(flags.job);
+  if (!job.ok()) return report_error("preflight", job.status().with_context("--job"));
+  nlohmann::json request = {{"job", job->text},
                             {"source", flags.job},
-                            {"workdir", cwd},
+                            {"workdir", job->workdir},
                             {"trial_steps", flags.trial_steps},
                             {"trial_nodes", flags.trial_nodes}};
   if (!flags.level.empty()) request["level"] = flags.level;

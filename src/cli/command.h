@@ -72,6 +72,15 @@ Result<size_t> parse_bytes(const std::string& text);
 // what a command holds in memory), kIoError when the read fails.
 Result<std::string> read_stdin(size_t limit);
 
+// A job spec file's text for the coordinator (`kiln submit`, `kiln preflight --job`), and the
+// directory the command runs in (the job's working directory: its paths are relative to it).
+// kNotFound or kInvalidArgument (over kConfigBytesMax) naming the path; kIoError.
+struct JobFile {
+  std::string text;
+  std::string workdir;
+};
+Result<JobFile> read_job_file(const std::string& path);
+
 // The absolute path of the running kiln binary, for launching ranks of itself.
 std::string self_executable();
 

@@ -8,9 +8,12 @@
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
+#include <fstream>
 #include <iostream>
 #include <system_error>
 #include <vector>
+
+#include <kiln/base/config.h>
 
 #include "cli/command.h"
 
@@ -135,6 +138,26 @@ Result<std::string> read_stdin(size_t limit) {
   }
   if (std::ferror(stdin)) return Status::io_error(std::string("stdin: ") + std::strerror(errno));
   return data;
+}
+
+Result<JobFile> read_job_file(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return Status::not_found(path + ": cannot open the job spec");
+  JobFile job;
+  job.text.resize(kConfigBytesMax + 1);
+  in.read(job.text.data(), static_cast<std::streamsize>(job.text.size()));
+  if (in.bad()) return Status::io_error(path + ": read failed");
+  job.text.resize(static_cast<size_t>(in.gcount()));
+  if (job.text.size() > kConfigBytesMax) {
+    return Status::invalid_argument(path + ": larger than " + std::to_string(kConfigBytesMax) +
+                                    " bytes");
+  }
+  char cwd[4096];
+  if (getcwd(cwd, sizeof(cwd)) == nullptr) {
+    return Status::io_error("cannot read the working directory");
+  }
+  job.workdir = cwd;
+  return job;
 }
 
 }  // namespace kiln::cli
