@@ -8,6 +8,8 @@ kiln_library(NAME sched_state
     ${kiln_sched_state_dir}/job_spec.cc
     ${kiln_sched_state_dir}/secret_box.cc
     ${kiln_sched_state_dir}/state_store.cc
+    ${kiln_sched_state_dir}/state_store_steps.cc
+    ${kiln_sched_state_dir}/step_series.cc
   PUBLIC_DEPS kiln_base nlohmann_json::nlohmann_json
   PRIVATE_DEPS SQLite::SQLite3 OpenSSL::Crypto)
 
@@ -17,4 +19,5 @@ kiln_tests(NAME sched_state
     ${kiln_sched_state_dir}/job_spec_test.cc
     ${kiln_sched_state_dir}/secret_box_test.cc
     ${kiln_sched_state_dir}/state_store_test.cc
+    ${kiln_sched_state_dir}/step_series_test.cc
   DEPS kiln_sched_state SQLite::SQLite3)

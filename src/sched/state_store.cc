@@ -15,6 +15,8 @@
 //                                                   --   summary, agent}, '{}' before a check
 //   audit(seq INTEGER PRIMARY KEY AUTOINCREMENT, ts_ns, who, action, object, result)
 //   settings(key TEXT PRIMARY KEY, value TEXT)
+//   steps(job_id, attempt, step, wall_ns, step_ms, loss, val_loss, lr, tokens_per_s, mfu,
+//         comm_exposed_ms, ckpt_stall_ms)         -- version 3; state_store_steps.cc
 // AUTOINCREMENT (not plain rowid) is what makes a sequence number never reused, even for the
 // largest one after a delete.
 //
@@ -36,10 +38,16 @@
 #include <kiln/base/file_system.h>
 #include <kiln/base/json.h>
 
+#include "sched/state_store_sql.h"
+
 namespace kiln::sched {
 namespace {
 
 using Json = nlohmann::json;
+using sql::exec_constant;
+using sql::sqlite_error;
+using sql::Stmt;
+using sql::Tx;
 
 // Another process (or a backup) holding the write lock is waited for this long before a write
 // fails as kUnavailable: far above a commit's few milliseconds, well below a client's patience.
@@ -112,133 +120,25 @@ CREATE TABLE settings (key TEXT PRIMARY KEY, value TEXT NOT NULL);
     {2, R"sql(
 ALTER TABLE nodes ADD COLUMN preflight_json TEXT NOT NULL DEFAULT '{}';
 )sql"},
+    // Each job's step metrics, for its curves (kiln/sched/step_series.h). NULL: no value.
+    {3, R"sql(
+CREATE TABLE steps (
+  job_id TEXT NOT NULL REFERENCES jobs (id),
+  attempt INTEGER NOT NULL,
+  step INTEGER NOT NULL,
+  wall_ns INTEGER NOT NULL,
+  step_ms REAL,
+  loss REAL,
+  val_loss REAL,
+  lr REAL,
+  tokens_per_s REAL,
+  mfu REAL,
+  comm_exposed_ms REAL,
+  ckpt_stall_ms REAL,
+  PRIMARY KEY (job_id, attempt, step)) WITHOUT ROWID;
+)sql"},
 };
 constexpr int kSchemaVersion = kMigrations[std::size(kMigrations) - 1].version;
-
-// --- SQLite plumbing ----------------------------------------------------------------------------
-
-// "state store PATH: WHAT: <sqlite's message>", with a code that says what a caller can do.
-Status sqlite_error(sqlite3* db, const std::string& path, std::string_view what, int rc) {
-  const std::string message = "state store " + path + ": " + std::string(what) + ": " +
-                              (db != nullptr ? sqlite3_errmsg(db) : sqlite3_errstr(rc));
-  switch (rc & 0xff) {
-    case SQLITE_BUSY:
-    case SQLITE_LOCKED: return Status::unavailable(message);
-    case SQLITE_CORRUPT:
-    case SQLITE_NOTADB: return Status::corruption(message);
-    case SQLITE_CONSTRAINT:
-    case SQLITE_TOOBIG:
-    case SQLITE_MISMATCH: return Status::invalid_argument(message);
-    default: return Status::io_error(message);
-  }
-}
-
-Status exec_constant(sqlite3* db, const std::string& path, const char* sql) {
-  const int rc = sqlite3_exec(db, sql, nullptr, nullptr, nullptr);
-  return rc == SQLITE_OK ? Status() : sqlite_error(db, path, sql, rc);
-}
-
-// One prepared statement. Binds go left to right; the first failure (of prepare or a bind) is
-// kept and returned by step(), so call sites read as one chain.
-class Stmt {
- public:
-  Stmt(sqlite3* db, const std::string& path, std::string sql)
-      : db_(db), path_(path), sql_(std::move(sql)) {
-    const int rc = sqlite3_prepare_v2(db, sql_.c_str(), -1, &stmt_, nullptr);
-    if (rc != SQLITE_OK) status_ = sqlite_error(db_, path_, "prepare", rc);
-  }
-  ~Stmt() { sqlite3_finalize(stmt_); }
-  Stmt(const Stmt&) = delete;
-  Stmt& operator=(const Stmt&) = delete;
-
-  Stmt& bind_int(int64_t v) { return check(sqlite3_bind_int64(stmt_, next_++, v)); }
-  Stmt& bind_double(double v) { return check(sqlite3_bind_double(stmt_, next_++, v)); }
-  Stmt& bind_text(std::string_view v) {
-    return check(
-        sqlite3_bind_text64(stmt_, next_++, v.data(), v.size(), SQLITE_TRANSIENT, SQLITE_UTF8));
-  }
-  // NULL for an empty string (a node-only event's job_id).
-  Stmt& bind_text_or_null(std::string_view v) {
-    return v.empty() ? check(sqlite3_bind_null(stmt_, next_++)) : bind_text(v);
-  }
-  Stmt& bind_blob_or_null(const std::optional<std::string>& v) {
-    if (!v) return check(sqlite3_bind_null(stmt_, next_++));
-    return check(sqlite3_bind_blob64(stmt_, next_++, v->data(), v->size(), SQLITE_TRANSIENT));
-  }
-
-  // True when a row is ready, false when done.
-  Result<bool> step() {
-    KILN_RETURN_IF_ERROR(status_);
-    const int rc = sqlite3_step(stmt_);
-    if (rc == SQLITE_ROW) return true;
-    if (rc == SQLITE_DONE) return false;
-    status_ = sqlite_error(db_, path_, sql_first_line(), rc);
-    return status_;
-  }
-  // Steps a statement that returns no rows.
-  Status run() {
-    KILN_ASSIGN_OR_RETURN(const bool row, step());
-    (void)row;
-    return Status();
-  }
-
-  int64_t col_int(int i) const { return sqlite3_column_int64(stmt_, i); }
-  double col_double(int i) const { return sqlite3_column_double(stmt_, i); }
-  std::string col_text(int i) const {
-    const auto* p = reinterpret_cast<const char*>(sqlite3_column_text(stmt_, i));
-    return p == nullptr ? std::string() : std::string(p, sqlite3_column_bytes(stmt_, i));
-  }
-  std::optional<std::string> col_blob(int i) const {
-    if (sqlite3_column_type(stmt_, i) == SQLITE_NULL) return std::nullopt;
-    const auto* p = static_cast<const char*>(sqlite3_column_blob(stmt_, i));
-    return std::string(p == nullptr ? "" : p, p == nullptr ? 0 : sqlite3_column_bytes(stmt_, i));
-  }
-
- private:
-  Stmt& check(int rc) {
-    if (rc != SQLITE_OK && status_.ok()) status_ = sqlite_error(db_, path_, "bind", rc);
-    return *this;
-  }
-  // Enough of the statement to tell which one failed ("UPDATE jobs SET team = ?, ...").
-  std::string sql_first_line() const {
-    return sql_.substr(0, std::min(sql_.find('('), size_t{60}));
-  }
-
-  sqlite3* db_;
-  const std::string& path_;
-  const std::string sql_;
-  sqlite3_stmt* stmt_ = nullptr;
-  int next_ = 1;
-  Status status_;
-};
-
-// A write transaction: BEGIN IMMEDIATE takes the write lock up front, so a transaction never
-// fails half-way for want of it (a deferred one can deadlock upgrading from read to write).
-// Rolls back unless commit() succeeded.
-class Tx {
- public:
-  Tx(sqlite3* db, const std::string& path) : db_(db), path_(path) {}
-  ~Tx() {
-    if (open_) (void)exec_constant(db_, path_, "ROLLBACK");
-  }
-  Tx(const Tx&) = delete;
-  Tx& operator=(const Tx&) = delete;
-  Status begin() {
-    KILN_RETURN_IF_ERROR(exec_constant(db_, path_, "BEGIN IMMEDIATE"));
-    open_ = true;
-    return Status();
-  }
-  Status commit() {
-    KILN_RETURN_IF_ERROR(exec_constant(db_, path_, "COMMIT"));
-    open_ = false;
-    return Status();
-  }
-
- private:
-  sqlite3* db_;
-  const std::string& path_;
-  bool open_ = false;
-};
 
 // --- Encoding -----------------------------------------------------------------------------------
 
@@ -763,6 +663,13 @@ Result<std::vector<EventRecord>> StateStore::events_after(int64_t after_seq, siz
   Stmt stmt(db_, path_, std::string(kEventSelect) + "WHERE seq > ? ORDER BY seq LIMIT ?");
   stmt.bind_int(after_seq).bind_int(capped(limit));
   return collect_events(stmt, path_);
+}
+
+Result<int64_t> StateStore::last_event_seq() {
+  std::lock_guard<std::mutex> lock(mu_);
+  Stmt stmt(db_, path_, "SELECT COALESCE(MAX(seq), 0) FROM events");
+  KILN_ASSIGN_OR_RETURN(const bool row, stmt.step());
+  return row ? stmt.col_int(0) : 0;
 }
 
 Status StateStore::append_events(const std::vector<EventRecord>& events) {

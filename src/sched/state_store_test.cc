@@ -340,7 +340,7 @@ TEST_F(StateStoreTest, ReopeningLosesNothing) {
   ASSERT_TRUE(store_->put_setting("store_address", "10.0.0.2:29500").ok());
 
   reopen();
-  EXPECT_EQ(store_->schema_version(), 2);
+  EXPECT_EQ(store_->schema_version(), 3);
   Result<JobRecord> got = store_->get_job(job.id);
   ASSERT_TRUE(got.ok());
   EXPECT_EQ(got->state, "running");
@@ -438,9 +438,10 @@ TEST_F(StateStoreTest, AVersionOneFileMigratesForwardKeepingEverything) {
   ASSERT_TRUE(store_->upsert_node(node_named("n1"), {event("node_up")}).ok());
   store_.reset();
   raw_query(path_, "ALTER TABLE nodes DROP COLUMN preflight_json");
+  raw_query(path_, "DROP TABLE steps");
   raw_query(path_, "UPDATE meta SET value = 1 WHERE key = 'schema_version'");
   reopen();
-  EXPECT_EQ(store_->schema_version(), 2);
+  EXPECT_EQ(store_->schema_version(), 3);
   EXPECT_EQ(store_->get_job(job.id)->spec.name, job.spec.name);
   EXPECT_EQ(store_->events_after(0, 100)->size(), 2u);
   Result<NodeRecord> node = store_->get_node("n1");
@@ -468,11 +469,11 @@ TEST_F(StateStoreTest, AnEmptyFileIsMigratedToTheSchema) {
     std::remove((path_ + suffix).c_str());
   std::ofstream(path_).close();  // zero bytes
   reopen();
-  EXPECT_EQ(store_->schema_version(), 2);
+  EXPECT_EQ(store_->schema_version(), 3);
   const std::vector<std::string> tables =
       raw_query(path_, "SELECT name FROM sqlite_master WHERE type = 'table' ORDER BY name");
   const std::set<std::string> names(tables.begin(), tables.end());
-  for (const char* table : {"meta", "jobs", "events", "nodes", "audit", "settings"}) {
+  for (const char* table : {"meta", "jobs", "events", "nodes", "audit", "settings", "steps"}) {
     EXPECT_EQ(names.count(table), 1u) << table;
   }
   EXPECT_EQ(insert("a").id, "j-000001");

@@ -39,6 +39,7 @@
 #include <kiln/base/status.h>
 #include <kiln/sched/job_spec.h>
 #include <kiln/sched/secret_box.h>
+#include <kiln/sched/step_series.h>
 
 #include <nlohmann/json.hpp>
 
@@ -148,6 +149,8 @@ class StateStore {
   Result<std::vector<EventRecord>> events_for_job(const std::string& job_id, int64_t after_seq,
                                                   size_t limit);
   Result<std::vector<EventRecord>> events_after(int64_t after_seq, size_t limit);
+  // The newest event's seq (0 when there is none).
+  Result<int64_t> last_event_seq();
   // Appends `events` (their seq ignored) in one transaction. An event whose job_id names no job
   // is refused (kInvalidArgument) and none is appended.
   Status append_events(const std::vector<EventRecord>& events);
@@ -174,6 +177,19 @@ class StateStore {
   // --- Audit: who did what to which object, and how it ended. The record's seq is assigned.
   Status append_audit(const AuditRecord& record);
   Result<std::vector<AuditRecord>> audit_after(int64_t after_seq, size_t limit);
+
+  // --- Step metrics (kiln/sched/step_series.h; state_store_steps.cc).
+  // Adds `points` (a point whose job, attempt and step are stored already is left as it was)
+  // and thins each job they touch to at most `per_job_max` points (thin_steps), in one
+  // transaction. A point of a job that does not exist is refused (kInvalidArgument), and none
+  // is added.
+  Status append_steps(const std::vector<StepPoint>& points, size_t per_job_max);
+  // The job's points by attempt and step (at most kStoreRowsMax x 2: a caller keeps fewer).
+  Result<std::vector<StepPoint>> steps_for_job(const std::string& job_id);
+  // Forgets the job's points (a retention policy's cleanup).
+  Status delete_steps(const std::string& job_id);
+  // Points stored, all jobs together.
+  Result<int64_t> count_steps();
 
   // --- Settings: small key-value pairs (the store daemon's address), plain TEXT, never secrets.
   Status put_setting(const std::string& key, const std::string& value);
