@@ -1,6 +1,7 @@
 // `kiln train CONFIG.yaml [--max-steps N] [--batch B] [--seq T] [--threads T] [--seed S]
 //  [--grad-accum K] [--val-every N] [--metrics-port P] [--metrics-bind ADDR] [--export FILE]
-//  [--debug-dump DIR] [--peak-gflops X] [--nproc N] [--zero 0|1] [--ckpt-dir D] [--ckpt-every N]
+//  [--debug-dump DIR] [--debug-nan-step N] [--peak-gflops X] [--nproc N] [--zero 0|1] [--ckpt-dir
+//  D] [--ckpt-every N]
 //  [--ckpt-keep K] [--comm-timeout-ms MS] [--json]`: trains GPT-2 as the config says (see
 // include/kiln/train/train_config.h and trainer.h). Flags override the config's keys and are
 // checked against the same rules; a bad config or flag exits 2 naming the file:line:key or flag.
@@ -72,6 +73,7 @@ struct TrainFlags {
   std::string metrics_bind = "127.0.0.1";
   std::string export_path;
   std::string debug_dump_dir;
+  int debug_nan_step = 0;
   double peak_gflops = 0;
   bool json = false;
   int nproc = 1;
@@ -287,6 +289,7 @@ int run_rank(const TrainFlags& flags, const GlobalOptions& globals, SignalThread
   train::TrainerOptions options;
   options.export_path = flags.export_path;
   options.debug_dump_dir = flags.debug_dump_dir;
+  options.debug_nan_step = flags.debug_nan_step;
   options.peak_gflops = flags.peak_gflops;
   options.out = &std::cout;
   options.json = flags.json;
@@ -360,6 +363,9 @@ Command add_train_command(CLI::App& parent) {
   app->add_option("--export", flags->export_path, "write the final weights here (safetensors)");
   app->add_option("--debug-dump", flags->debug_dump_dir,
                   "write initial weights, batches, step-1 logits and gradients here");
+  app->add_option("--debug-nan-step", flags->debug_nan_step,
+                  "a fault drill: make this step's loss NaN, so the run stops as a diverged one")
+      ->check(CLI::PositiveNumber);
   app->add_option("--peak-gflops", flags->peak_gflops,
                   "peak GFLOP/s for MFU (default: measured by an sgemm probe at start-up)")
       ->check(CLI::PositiveNumber);

@@ -363,6 +363,7 @@ Result<TrainSummary> train(const TrainConfig& config, const TrainerOptions& opti
     r.resumed_from = start_step;
     KILN_ASSIGN_OR_RETURN(r.loss,
                           mean_over_ranks(comm, static_cast<float>(loss_sum / h.grad_accum)));
+    if (step == options.debug_nan_step) r.loss = std::numeric_limits<float>::quiet_NaN();
     if (dump) {
       dump->record_loss(step, r.loss);
       if (step == 1) dump->record_grads(model);

@@ -95,6 +95,10 @@ std::string_view format_progress_json(const StepReport& r, std::span<char> buf) 
   w.field("loss", r.loss);
   w.field("tokens_per_s", r.tokens_per_s);
   w.field("comm_exposed_ms", r.comm_exposed_ms);
+  w.field("lr", r.lr);
+  w.field("mfu", r.mfu);
+  w.field("ckpt_stall_ms", r.ckpt_stall_ms);
+  if (r.validated) w.field("val_loss", r.val_loss);
   w.text("}\n");
   return w.view();
 }

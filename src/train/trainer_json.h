@@ -33,7 +33,8 @@ std::string format_done_json(const TrainSummary& summary);
 
 // The node agent's progress lines (TrainerOptions::progress_fd), each with its newline, in `buf`
 // (REQUIRES: buf.size() >= kProgressLineBytesMax):
-//   {"step":N,"step_ms":X,"loss":Y,"tokens_per_s":Z,"comm_exposed_ms":C}
+//   {"step":N,"step_ms":X,"loss":Y,"tokens_per_s":Z,"comm_exposed_ms":C,"lr":L,"mfu":M,
+//    "ckpt_stall_ms":S[,"val_loss":V]}                                  (val_loss when validated)
 //   {"event":"done","steps":N,"stopped":B}
 std::string_view format_progress_json(const StepReport& report, std::span<char> buf);
 std::string_view format_progress_done_json(const TrainSummary& summary, std::span<char> buf);

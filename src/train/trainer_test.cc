@@ -435,7 +435,15 @@ TEST_F(TrainerTest, TheProgressFdGetsOneJsonLinePerStepAndADoneLine) {
   ASSERT_EQ(got.size(), 4u);
   for (size_t i = 0; i < 3; ++i) {
     const nlohmann::json& j = got[i];
-    EXPECT_EQ(j.size(), 5u) << j.dump();
+    // Validation steps add val_loss (the curves' validation points).
+    EXPECT_EQ(j.size(), reports[i].validated ? 9u : 8u) << j.dump();
+    EXPECT_EQ(j.contains("val_loss"), reports[i].validated) << j.dump();
+    if (reports[i].validated) {
+      EXPECT_FLOAT_EQ(static_cast<float>(j["val_loss"].get<double>()), reports[i].val_loss);
+    }
+    EXPECT_DOUBLE_EQ(j["lr"].get<double>(), reports[i].lr);
+    EXPECT_DOUBLE_EQ(j["mfu"].get<double>(), reports[i].mfu);
+    EXPECT_DOUBLE_EQ(j["ckpt_stall_ms"].get<double>(), reports[i].ckpt_stall_ms);
     EXPECT_EQ(j["step"], reports[i].step);
     EXPECT_FLOAT_EQ(static_cast<float>(j["loss"].get<double>()), reports[i].loss);
     EXPECT_DOUBLE_EQ(j["step_ms"].get<double>(), reports[i].step_ms);

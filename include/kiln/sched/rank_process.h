@@ -49,6 +49,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <deque>
 #include <functional>
 #include <map>
 #include <memory>
@@ -60,6 +61,7 @@
 #include <kiln/base/log.h>
 #include <kiln/base/result.h>
 #include <kiln/base/status.h>
+#include <kiln/sched/step_series.h>
 
 namespace kiln::sched {
 
@@ -91,6 +93,8 @@ struct RankSpawn {
   bool progress_pipe = true;  // give the rank a progress pipe on fd 3 and KILN_PROGRESS_FD=3
 };
 
+inline constexpr size_t kLastStderrBytes = 1024;
+
 // How a rank ended.
 struct RankExitInfo {
   std::string key;  // the caller's key from start()
@@ -100,6 +104,9 @@ struct RankExitInfo {
   int code = 0;                   // exit status or signal number
   bool stopped_by_agent = false;  // stop() was called for it before it ended
   int64_t runtime_ms = 0;         // from start() to the reap, on the supervisor's clock
+  // The last line it wrote to stderr, cut to kLastStderrBytes: a failing program's own account
+  // of why (what the coordinator's error signatures read). Empty when it wrote none.
+  std::string last_stderr;
 
   // "rank 1 (pid 42) exited with code 3", "rank 1 (pid 42) was killed by signal 9 (SIGKILL)",
   // with " after a stop request" when stopped_by_agent and " (stopped, resumable)" for
@@ -115,8 +122,15 @@ struct RankProgress {
   double tokens_per_s = 0;
   double comm_exposed_ms = 0;   // this rank's wait on the gradient collective in that step
   int64_t updated_mono_ns = 0;  // when the latest line arrived (supervisor's clock); 0: never
-  bool done = false;            // the rank wrote {"event":"done"}
-  int64_t lines_bad = 0;        // lines that were not progress JSON (ignored)
+  // The last kRecentStepsMax step lines, oldest first (step_series.h), each stamped with its
+  // arrival on the supervisor's clock: what the coordinator's curves are drawn from.
+  struct Recent {
+    StepSample sample;  // age_ms unset: the reader computes it from arrived_mono_ns
+    int64_t arrived_mono_ns = 0;
+  };
+  std::deque<Recent> recent;
+  bool done = false;      // the rank wrote {"event":"done"}
+  int64_t lines_bad = 0;  // lines that were not progress JSON (ignored)
 };
 
 class RankSupervisor {

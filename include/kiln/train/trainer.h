@@ -74,6 +74,9 @@ class StopRequest {
 struct TrainerOptions {
   std::string export_path;     // non-empty: write the final weights here (export format)
   std::string debug_dump_dir;  // non-empty: weights0 and steps.safetensors (see below)
+  // A fault drill: this step's loss is made NaN on every rank (0: never), so the run stops as a
+  // diverged one would and the coordinator's error signature and alerts can be checked.
+  int debug_nan_step = 0;
   // The machine's peak in GFLOP/s for MFU; 0 measures it with a short sgemm probe on the
   // training threads at start-up (about half a second).
   double peak_gflops = 0;

@@ -143,6 +143,15 @@ struct JoinedAgent::Impl {
         rr.tokens_per_s = p->tokens_per_s;
         rr.comm_exposed_ms = p->comm_exposed_ms;
         rr.progress_age_ms = p->updated_mono_ns > 0 ? (now - p->updated_mono_ns) / kNsPerMs : -1;
+        // Rank 0 speaks for the job's curves (its loss is the job's); the others' step times
+        // are in their own fields.
+        if (rr.rank == 0) {
+          for (const RankProgress::Recent& recent : p->recent) {
+            StepSample sample = recent.sample;
+            sample.age_ms = std::max<int64_t>(0, (now - recent.arrived_mono_ns) / kNsPerMs);
+            rr.recent.push_back(sample);
+          }
+        }
       }
       if (!r.start_error.empty()) {
         rr.running = false;
@@ -165,6 +174,7 @@ struct JoinedAgent::Impl {
         rr.describe = r.exit->describe() + " on node " + options.node_name;
         rr.ended_age_ms = (now - r.exit_mono_ns) / kNsPerMs;
         rr.culprit_rank = r.culprit_rank;
+        rr.last_error = r.exit->last_stderr;
       } else {
         rr.running = true;
         rr.proc_state = proc_state(r.pid);

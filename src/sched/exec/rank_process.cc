@@ -416,7 +416,8 @@ struct RankState {
   int64_t kill_at_ns = INT64_MAX;  // SIGKILL the group then (with stop_requested)
   bool killed = false;             // the grace ran out and the group got SIGKILL
   bool reaped = false;
-  RankExitInfo exit;  // valid when reaped
+  RankExitInfo exit;        // valid when reaped
+  std::string last_stderr;  // RankExitInfo::last_stderr, as it goes
 };
 
 }  // namespace
@@ -488,7 +489,13 @@ void RankSupervisor::Impl::emit(RankState* r, int stream, bool truncated) {
   LineBuffer& lb = r->lines[static_cast<size_t>(stream)];
   if (stream == static_cast<int>(Kind::kProgress)) {
     on_progress_line(r, lb.partial, truncated);
-  } else if (r->log) {
+    lb.partial.clear();
+    return;
+  }
+  if (stream == static_cast<int>(Kind::kStderr) && !lb.partial.empty()) {
+    r->last_stderr.assign(lb.partial, 0, std::min(lb.partial.size(), kLastStderrBytes));
+  }
+  if (r->log) {
     const RankStream which = stream == 0 ? RankStream::kStdout : RankStream::kStderr;
     Status s = r->log->append(which, lb.partial, truncated);
     if (!s.ok()) {
@@ -553,6 +560,24 @@ void RankSupervisor::Impl::on_progress_line(RankState* r, std::string_view line,
                                                  : number("loss");
     p.tokens_per_s = number("tokens_per_s");
     p.comm_exposed_ms = number("comm_exposed_ms");
+    // For the curves, an absent or null field is "no value" (NaN), not 0.
+    auto value = [&j](const char* key) {
+      const auto it = j->find(key);
+      return it != j->end() && it->is_number() ? it->get<double>() : kNoValue;
+    };
+    RankProgress::Recent recent;
+    recent.sample.step = p.step;
+    recent.sample.step_ms = p.step_ms;
+    recent.sample.loss = value("loss");
+    recent.sample.val_loss = value("val_loss");
+    recent.sample.lr = value("lr");
+    recent.sample.tokens_per_s = value("tokens_per_s");
+    recent.sample.mfu = value("mfu");
+    recent.sample.comm_exposed_ms = value("comm_exposed_ms");
+    recent.sample.ckpt_stall_ms = value("ckpt_stall_ms");
+    recent.arrived_mono_ns = now_ns();
+    if (p.recent.size() == kRecentStepsMax) p.recent.pop_front();
+    p.recent.push_back(recent);
   } else {
     ++p.lines_bad;
     return;
@@ -618,6 +643,7 @@ void RankSupervisor::Impl::drain_and_reap(RankState* r, std::vector<RankExitInfo
   e.pid = r->pid;
   e.stopped_by_agent = r->stop_requested;
   e.runtime_ms = (now_ns() - r->started_ns) / 1'000'000;
+  e.last_stderr = r->last_stderr;
   if (rc != 0) {
     // ECHILD: something else in this process reaped it (a waitpid(-1)); its status is lost.
     e.exited = false;
