@@ -12,6 +12,7 @@ kiln_library(NAME sched_policy
     ${kiln_sched_policy_dir}/policy/policy.cc
     ${kiln_sched_policy_dir}/policy/quota.cc
     ${kiln_sched_policy_dir}/policy/reservation.cc
+    ${kiln_sched_policy_dir}/policy/straggler.cc
     ${kiln_sched_policy_dir}/core/states.cc
     ${kiln_sched_policy_dir}/sim/simulator.cc
     ${kiln_sched_policy_dir}/sim/trace.cc
@@ -22,6 +23,7 @@ kiln_tests(NAME sched_policy
     ${kiln_sched_policy_dir}/policy/kiln_policy_test.cc
     ${kiln_sched_policy_dir}/policy/baselines_test.cc
     ${kiln_sched_policy_dir}/policy/fair_share_test.cc
+    ${kiln_sched_policy_dir}/policy/straggler_test.cc
     ${kiln_sched_policy_dir}/sim/trace_test.cc
     ${kiln_sched_policy_dir}/sim/simulator_test.cc
   DEPS kiln_sched_policy)
