@@ -107,6 +107,28 @@ int run_status(const ClientFlags& flags, const std::string& id) {
               << std::setw(11) << state << std::setw(8) << text_of(j, "attempt") << std::setw(8)
               << text_of(j, "last_step") << std::setw(9) << goodput.str() << where << "\n";
   }
+  // One job: what its ranks are doing and what its failures came down to.
+  if (!id.empty()) {
+    const json& j = jobs.front();
+    if (j.contains("ranks") && j["ranks"].is_array() && !j["ranks"].empty()) {
+      std::cout << "\nranks:\n";
+      for (const json& r : j["ranks"]) {
+        std::ostringstream line;
+        line << "  rank " << text_of(r, "rank") << " on " << text_of(r, "node") << ": "
+             << text_of(r, "state") << ", step " << text_of(r, "step");
+        if (r.value("straggler", false) && r.contains("z") && r["z"].is_number()) {
+          line << std::fixed << std::setprecision(1) << ", STRAGGLER (z " << r["z"].get<double>()
+               << ")";
+        }
+        std::cout << line.str() << "\n";
+      }
+    }
+    if (j.contains("signatures") && j["signatures"].is_array() && !j["signatures"].empty()) {
+      std::cout << "\nerrors (attempt: what happened):\n";
+      for (const json& e : j["signatures"])
+        std::cout << "  " << text_of(e, "attempt") << ": " << text_of(e, "text") << "\n";
+    }
+  }
   return kExitOk;
 }
 

@@ -332,7 +332,7 @@ int run_serve(ServeFlags flags, const GlobalOptions& globals) {
 
   raise_fd_limit(flags.connections_max);
   obs::MetricsRegistry registry;
-  ServeMetrics metrics(&registry, coordinator->get());
+  ServeMetrics metrics(&registry, coordinator->get(), state->get());
   obs::HttpServerOptions http;
   http.bind_address = flags.bind;
   http.port = flags.port;
@@ -351,6 +351,7 @@ int run_serve(ServeFlags flags, const GlobalOptions& globals) {
   api.preflight = &gate;
   api.log = log;
   sched::add_api_routes(&server, api);
+  sched::add_ui_routes(&server);
   s = server.start();
   if (!s.ok()) return report_error("serve", s.with_context("--port"));
   const std::string url = std::string(flags.tls_cert.empty() ? "http" : "https") + "://" +

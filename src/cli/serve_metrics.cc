@@ -3,6 +3,7 @@
 #include <prometheus/collectable.h>
 #include <prometheus/metric_family.h>
 
+#include <cmath>
 #include <initializer_list>
 #include <map>
 #include <string>
@@ -11,6 +12,9 @@
 
 namespace kiln::cli {
 namespace {
+
+// The cluster-wide figures see every team's jobs.
+const sched::Caller kEveryone{"metrics", "", true};
 
 // Jobs, nodes, queue and goodput, read from the coordinator when Prometheus scrapes.
 class StateCollector final : public prometheus::Collectable {
@@ -41,6 +45,22 @@ class StateCollector final : public prometheus::Collectable {
                                   prometheus::MetricType::Gauge, f.queued),
         goodput};
     append_running_jobs(f, &out);
+    const sched::Coordinator::ClusterFigures cluster = c_->cluster_figures(kEveryone);
+    if (!std::isnan(cluster.goodput)) {
+      out.push_back(obs::single_sample_family(
+          "kiln_cluster_goodput_ratio",
+          "Productive step time over wall time since admission, all unfinished jobs together",
+          prometheus::MetricType::Gauge, cluster.goodput));
+    }
+    if (!std::isnan(cluster.ettr)) {
+      out.push_back(obs::single_sample_family(
+          "kiln_cluster_ettr_ratio",
+          "Productive step time over wall time since each job first ran, all unfinished jobs",
+          prometheus::MetricType::Gauge, cluster.ettr));
+    }
+    out.push_back(obs::single_sample_family(
+        "kiln_nodes_idle", "Ready nodes that run nothing (idle capacity)",
+        prometheus::MetricType::Gauge, static_cast<double>(cluster.idle_nodes.size())));
     return out;
   }
 
@@ -88,6 +108,14 @@ class StateCollector final : public prometheus::Collectable {
         family("kiln_rank_compute_seconds",
                "Each rank's own work in its last step (the step less its wait on the gradient "
                "collective): a straggler's is above its peers'");
+    prometheus::MetricFamily rank_z =
+        family("kiln_rank_straggler_z",
+               "Each rank's robust z-score of its own work per step among its peers, over its "
+               "last steps: above 3.5 it is a straggler (and a 'straggler' event)");
+    prometheus::MetricFamily ettr =
+        family("kiln_job_ettr_ratio",
+               "Productive step time over wall time since the job first ran (effective "
+               "training time ratio; goodput counts from admission)");
     auto sample = [](prometheus::MetricFamily* fam, std::vector<ClientMetric::Label> labels,
                      double value) {
       ClientMetric m;
@@ -105,6 +133,11 @@ class StateCollector final : public prometheus::Collectable {
               {"attempt", std::to_string(j.attempt)}},
              1);
       sample(&timeout, {job}, j.progress_timeout_s);
+      if (!std::isnan(j.ettr)) sample(&ettr, {job}, j.ettr);
+      for (size_t r = 0; r < j.rank_straggler_z.size(); ++r) {
+        if (!std::isnan(j.rank_straggler_z[r]))
+          sample(&rank_z, {job, {"rank", std::to_string(r)}}, j.rank_straggler_z[r]);
+      }
       if (j.step < 0) continue;  // no step yet: nothing to say of its progress
       sample(&step, {job}, static_cast<double>(j.step));
       sample(&age, {job}, j.progress_age_s);
@@ -123,7 +156,7 @@ class StateCollector final : public prometheus::Collectable {
       }
     }
     for (prometheus::MetricFamily* fam :
-         {&info, &step, &age, &timeout, &loss, &tokens, &rank_step, &rank_compute})
+         {&info, &step, &age, &timeout, &loss, &tokens, &rank_step, &rank_compute, &rank_z, &ettr})
       out->push_back(std::move(*fam));
   }
 
@@ -132,8 +165,40 @@ class StateCollector final : public prometheus::Collectable {
 
 }  // namespace
 
-ServeMetrics::ServeMetrics(obs::MetricsRegistry* registry, sched::Coordinator* coordinator)
-    : group_(registry), coordinator_(coordinator) {
+void ServeMetrics::count_events() {
+  if (store_ == nullptr) return;
+  if (events_seen_seq_ < 0) {
+    // Counting starts now: a counter starts at 0 with its process (Prometheus's rate() and
+    // increase() read a restart as a reset), so the history before is not counted again.
+    Result<int64_t> last = store_->last_event_seq();
+    if (!last.ok()) return;
+    events_seen_seq_ = *last;
+    return;
+  }
+  Result<std::vector<sched::EventRecord>> events =
+      store_->events_after(events_seen_seq_, sched::kStoreRowsMax);
+  if (!events.ok()) return;
+  for (const sched::EventRecord& e : *events) {
+    events_seen_seq_ = e.seq;
+    auto it = events_.find(e.type);
+    if (it == events_.end()) {
+      // Event types are the coordinator's own vocabulary (a few dozen); the bound only guards
+      // the exposition against a store written by something else.
+      if (events_.size() >= kEventTypesMax) continue;
+      it = events_
+               .emplace(e.type, &group_.add_counter("kiln_events_total",
+                                                    "Job and node events by type (faults, "
+                                                    "restarts, stragglers, cordons, ...)",
+                                                    {{"type", e.type}}))
+               .first;
+    }
+    it->second->Increment();
+  }
+}
+
+ServeMetrics::ServeMetrics(obs::MetricsRegistry* registry, sched::Coordinator* coordinator,
+                           sched::StateStore* store)
+    : group_(registry), coordinator_(coordinator), store_(store) {
   const auto buckets = obs::exponential_buckets(0.05, 2, 14);  // 50 ms .. ~7 min
   submit_to_running_ = &group_.add_histogram("kiln_job_submit_to_running_seconds",
                                              "From submit to every rank running", buckets);
@@ -149,6 +214,7 @@ ServeMetrics::ServeMetrics(obs::MetricsRegistry* registry, sched::Coordinator* c
 }
 
 void ServeMetrics::sample() {
+  count_events();
   sched::Coordinator::Samples s = coordinator_->take_samples();
   for (double v : s.submit_to_running_s)
     submit_to_running_->Observe(v);

@@ -17,7 +17,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 # The layer of each library (docs/ARCHITECTURE.md). A file may include its own library and any
 # library of a strictly lower layer; comm and ops share a layer and must not see each other, and
 # so do ckpt and launch (checkpoints know nothing of launching ranks, nor the launcher of them).
-LAYERS = {"base": 0, "obs": 1, "comm": 2, "ops": 2, "ckpt": 3, "launch": 3, "train": 4,
+LAYERS = {"base": 0, "ui": 0, "obs": 1, "comm": 2, "ops": 2, "ckpt": 3, "launch": 3, "train": 4,
           "preflight": 5, "sched": 6, "cli": 7}
 
 # (regex, why) pairs; applied to non-test sources outside tests/ and bench/.

@@ -7,7 +7,17 @@
 //   GET    /v1/jobs                    -> {"jobs": [status...]}          (the caller's team)
 //   GET    /v1/jobs/{id}               -> status: id, name, state, attempt, nodes, team, restarts,
 //                                         reason, waiting, goodput, submitted, spec (no secrets)
+//                                         and "ranks" (rank, node, state, step, step_ms,
+//                                         compute_ms, comm_exposed_ms, describe, straggler, z),
+//                                         "signatures" (kind, text, attempt, rank, node, step)
 //   GET    /v1/jobs/{id}/events?after=SEQ&limit=N -> {"events": [...]} oldest first
+//   GET    /v1/jobs/{id}/steps?max=N   -> the job's step metrics as columns, thinned to at most
+//                                         N points (64..4096, default 2000):
+//                                         {"job", "count", "stored", "columns": {...}}
+//                                         (step_json.h says which)
+//   GET    /v1/cluster                 -> {"goodput", "ettr", "jobs_by_state", "nodes_by_state",
+//                                          "idle_nodes"} (the caller's team's jobs; an admin's:
+//                                          all)
 //   POST   /v1/jobs/{id}/cancel        -> status
 //   GET    /v1/jobs/{id}/logs?rank=R&offset=O&bytes=N -> {"lines": [...], "next": offset}
 //                                         read from the rank's node agent
@@ -55,6 +65,8 @@ Result<AgentReport> agent_report_from_json(const nlohmann::json& j);
 nlohmann::json to_json(const AgentAnswer& answer);
 Result<AgentAnswer> agent_answer_from_json(const nlohmann::json& j);
 nlohmann::json job_status_json(const JobStatus& status);
+// job_status_json with "ranks" and "signatures" (GET /v1/jobs/{id}).
+nlohmann::json job_detail_json(const JobStatus& status);
 nlohmann::json event_json(const EventRecord& event);
 nlohmann::json node_json(const NodeRecord& node);
 
@@ -71,6 +83,11 @@ struct ApiContext {
 
 // Registers the routes above on `server`. REQUIRES: everything in `context` outlives `server`.
 void add_api_routes(obs::HttpServer* server, const ApiContext& context);
+
+// The dashboard page: GET /ui (redirects to /ui/), /ui/ (the page), /ui/FILE (its scripts,
+// styles and uPlot); no token (the files hold no data: the page sends the user's token with
+// each API call it makes). Served with a Content-Security-Policy that allows only this origin.
+void add_ui_routes(obs::HttpServer* server);
 
 }  // namespace kiln::sched
 

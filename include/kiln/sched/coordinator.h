@@ -55,6 +55,7 @@
 #include <kiln/sched/policy.h>
 #include <kiln/sched/state_store.h>
 #include <kiln/sched/states.h>
+#include <kiln/sched/step_series.h>
 
 namespace kiln::sched {
 
@@ -121,7 +122,10 @@ struct RankReport {
   double loss = 0;               // that step's train loss (NaN: not finite)
   double tokens_per_s = 0;       // that step's, over every rank
   double comm_exposed_ms = 0;    // that step's wait on the gradient collective
-  char proc_state = '?';         // /proc/<pid>/stat's state: 'T' is stopped by a signal
+  // Rank 0's last steps (at most kRecentStepsMax, oldest first) for the job's curves; the
+  // coordinator keeps the ones it has not seen. Empty for other ranks.
+  std::vector<StepSample> recent;
+  char proc_state = '?';  // /proc/<pid>/stat's state: 'T' is stopped by a signal
   // When !running: how it ended.
   bool exited = false;  // false: killed by a signal
   int code = 0;
@@ -130,6 +134,7 @@ struct RankReport {
   int64_t ended_age_ms = 0;  // how long before the report the agent saw it end
   int culprit_rank = -1;     // from the attempt's flight-recorder dumps on this node, -1: none
   std::string start_error;   // the agent could not start it
+  std::string last_error;    // its last stderr line (at most kLastStderrBytes), when it ended
 };
 
 struct AgentReport {
@@ -235,6 +240,31 @@ struct ExecutorReport {
   std::map<std::string, std::string> submit_errors;  // job id -> error
 };
 
+// One rank of a job's current attempt, for `kiln status JOB` and the page.
+struct RankStatus {
+  int rank = 0;
+  std::string node;
+  std::string state;  // waiting (no report yet), running, stopped (SIGSTOP), ended
+  int64_t step = -1;
+  double step_ms = 0;
+  double compute_ms = 0;  // step_ms less the wait on the gradient collective
+  double comm_exposed_ms = 0;
+  std::string describe;  // how it ended
+  bool straggler = false;
+  double z = kNoValue;  // its robust z-score among its peers (straggler.h); NaN: too few data
+};
+
+// What a job's failures came down to, one line each ("rank 3 on n2 killed by signal 9 at step
+// 120"), from its fault events (error_signature.h).
+struct ErrorSignature {
+  std::string kind;  // signal, oom, nan_loss, comm, checkpoint, exit, hang, lost, start
+  std::string text;
+  int attempt = 0;
+  int rank = -1;
+  std::string node;
+  int64_t step = -1;
+};
+
 // What `kiln status` shows of a job.
 struct JobStatus {
   JobRecord record;          // spec secrets are redacted by the API, not here
@@ -242,6 +272,15 @@ struct JobStatus {
   std::string waiting_kind;  // WaitInfo::kind: quota, capacity, reserved, behind, preempting, ..
   int queue_position = 0;    // 1-based among the waiting jobs of its queue; 0: not waiting
   double goodput = 0;        // productive step time / wall time since admission
+  // Filled by Coordinator::job() (one job), not by jobs() (the list stays light):
+  std::vector<RankStatus> ranks;           // the current attempt's, while it has processes
+  std::vector<ErrorSignature> signatures;  // oldest first, at most kSignaturesMax
+};
+
+// A job's points for its curves, thinned for one answer.
+struct JobSteps {
+  std::vector<StepPoint> points;  // by attempt and step
+  size_t stored = 0;              // points the coordinator keeps for the job
 };
 
 // The level of a cordon the preflight gate made ("quick" or "full": its reason reads
@@ -261,6 +300,9 @@ class Coordinator {
   Result<std::vector<JobStatus>> jobs(const Caller& caller);
   Result<std::vector<EventRecord>> events(const Caller& caller, const std::string& id,
                                           int64_t after_seq, size_t limit);
+  // The job's step points (step_series.h), thinned to at most max_points (>= 64) for this
+  // answer; the points still buffered are written first, so the answer is current.
+  Result<JobSteps> steps(const Caller& caller, const std::string& id, size_t max_points);
   Result<JobRecord> cancel(const Caller& caller, const std::string& id);
   Result<std::vector<NodeRecord>> nodes();
   Result<NodeRecord> cordon(const Caller& caller, const std::string& node,
@@ -328,6 +370,11 @@ class Coordinator {
     // collective. In a synchronous step every rank waits for the slowest, so the step times are
     // alike and a straggler stands out only here. -1: none yet.
     std::vector<double> rank_compute_s;
+    // Each rank's straggler score (straggler.h); NaN: too few data.
+    std::vector<double> rank_straggler_z;
+    // Productive step time over wall time since the job first ran (goodput counts from its
+    // admission); NaN before it ran.
+    double ettr = kNoValue;
   };
   struct Figures {
     std::map<std::string, int> jobs_by_state;
@@ -337,6 +384,19 @@ class Coordinator {
     std::map<std::string, JobFigures> running;     // by job id
   };
   Figures figures();
+  // The cluster at a glance (GET /v1/cluster, the page), over the caller's team's unfinished
+  // jobs (an admin's: all).
+  struct ClusterFigures {
+    // Productive step time over wall time, summed over the admitted unfinished jobs: since
+    // each job's admission (goodput) and since it first ran (ETTR, which leaves out the wait
+    // for its first placement). NaN with no such job.
+    double goodput = kNoValue;
+    double ettr = kNoValue;
+    std::map<std::string, int> jobs_by_state;
+    std::map<std::string, int> nodes_by_state;
+    std::vector<std::string> idle_nodes;  // ready, running nothing
+  };
+  ClusterFigures cluster_figures(const Caller& caller);
   // Samples since the last call (seconds), for the histograms.
   struct Samples {
     std::vector<double> submit_to_running_s;

@@ -11,8 +11,10 @@
 
 #include <kiln/base/clock.h>
 #include <kiln/obs/http_client.h>
+#include <kiln/sched/rank_process.h>
 
 #include "sched/coordinator/node_preflight.h"
+#include "sched/coordinator/step_json.h"
 
 namespace kiln::sched {
 namespace {
@@ -165,7 +167,7 @@ class Routes {
     if (auto denied = user(req, &caller)) return *denied;
     Result<JobStatus> s = c_.coordinator->job(caller, req.path_params.at("id"));
     if (!s.ok()) return error_answer(http_status_of(s.status()), s.status().message());
-    return json_answer(200, job_status_json(*s));
+    return json_answer(200, job_detail_json(*s));
   }
 
   HttpResponse events(const HttpRequest& req) const {
@@ -182,6 +184,31 @@ class Routes {
     for (const EventRecord& e : *events)
       out.push_back(event_json(e));
     return json_answer(200, {{"events", out}});
+  }
+
+  HttpResponse steps(const HttpRequest& req) const {
+    Caller caller;
+    if (auto denied = user(req, &caller)) return *denied;
+    const std::string id = req.path_params.at("id");
+    const int64_t max = std::clamp<int64_t>(int_param(req, "max", 2000), 64,
+                                            static_cast<int64_t>(kStepPointsPerJobMax));
+    Result<JobSteps> steps = c_.coordinator->steps(caller, id, static_cast<size_t>(max));
+    if (!steps.ok()) return error_answer(http_status_of(steps.status()), steps.status().message());
+    json out = step_columns_json(id, steps->points);
+    out["stored"] = steps->stored;
+    return json_answer(200, out);
+  }
+
+  HttpResponse cluster(const HttpRequest& req) const {
+    Caller caller;
+    if (auto denied = user(req, &caller)) return *denied;
+    const Coordinator::ClusterFigures f = c_.coordinator->cluster_figures(caller);
+    auto ratio = [](double v) { return std::isnan(v) ? json(nullptr) : json(v); };
+    return json_answer(200, {{"goodput", ratio(f.goodput)},
+                             {"ettr", ratio(f.ettr)},
+                             {"jobs_by_state", f.jobs_by_state},
+                             {"nodes_by_state", f.nodes_by_state},
+                             {"idle_nodes", f.idle_nodes}});
   }
 
   HttpResponse cancel(const HttpRequest& req) const {
@@ -448,6 +475,7 @@ json to_json(const AgentReport& report) {
                      {"loss", std::isfinite(r.loss) ? json(r.loss) : json(nullptr)},
                      {"tokens_per_s", r.tokens_per_s},
                      {"comm_exposed_ms", r.comm_exposed_ms},
+                     {"recent", step_samples_json(r.recent)},
                      {"progress_age_ms", r.progress_age_ms},
                      {"proc_state", std::string(1, r.proc_state)},
                      {"exited", r.exited},
@@ -456,7 +484,8 @@ json to_json(const AgentReport& report) {
                      {"describe", r.describe},
                      {"ended_age_ms", r.ended_age_ms},
                      {"culprit_rank", r.culprit_rank},
-                     {"start_error", r.start_error}});
+                     {"start_error", r.start_error},
+                     {"last_error", r.last_error}});
   }
   return {{"node", report.node},
           {"labels", report.labels},
@@ -512,6 +541,14 @@ Result<AgentReport> agent_report_from_json(const json& j) {
       }
       rr.tokens_per_s = field_or<double>(r, "tokens_per_s", 0);
       rr.comm_exposed_ms = field_or<double>(r, "comm_exposed_ms", 0);
+      if (auto recent = r.find("recent"); recent != r.end() && !recent->is_null()) {
+        Result<std::vector<StepSample>> samples = step_samples_from_json(*recent);
+        if (!samples.ok()) {
+          return samples.status().with_context("rank " + std::to_string(rr.rank) + " of job " +
+                                               rr.job_id);
+        }
+        rr.recent = std::move(*samples);
+      }
       const std::string ps = field_or<std::string>(r, "proc_state", "?");
       rr.proc_state = ps.empty() ? '?' : ps[0];
       rr.exited = field_or<bool>(r, "exited", false);
@@ -521,6 +558,7 @@ Result<AgentReport> agent_report_from_json(const json& j) {
       rr.ended_age_ms = field_or<int64_t>(r, "ended_age_ms", 0);
       rr.culprit_rank = field_or<int>(r, "culprit_rank", -1);
       rr.start_error = field_or<std::string>(r, "start_error", "").substr(0, 4096);
+      rr.last_error = field_or<std::string>(r, "last_error", "").substr(0, kLastStderrBytes);
       out.ranks.push_back(std::move(rr));
     }
   }
@@ -603,6 +641,35 @@ json job_status_json(const JobStatus& s) {
           {"spec", job_spec_to_json(j.spec, /*with_secrets=*/false)}};
 }
 
+json job_detail_json(const JobStatus& s) {
+  json out = job_status_json(s);
+  json ranks = json::array();
+  for (const RankStatus& r : s.ranks) {
+    ranks.push_back({{"rank", r.rank},
+                     {"node", r.node},
+                     {"state", r.state},
+                     {"step", r.step},
+                     {"step_ms", r.step_ms},
+                     {"compute_ms", r.compute_ms},
+                     {"comm_exposed_ms", r.comm_exposed_ms},
+                     {"describe", r.describe},
+                     {"straggler", r.straggler},
+                     {"z", std::isfinite(r.z) ? json(r.z) : json(nullptr)}});
+  }
+  json signatures = json::array();
+  for (const ErrorSignature& e : s.signatures) {
+    signatures.push_back({{"kind", e.kind},
+                          {"text", e.text},
+                          {"attempt", e.attempt},
+                          {"rank", e.rank},
+                          {"node", e.node},
+                          {"step", e.step}});
+  }
+  out["ranks"] = std::move(ranks);
+  out["signatures"] = std::move(signatures);
+  return out;
+}
+
 json event_json(const EventRecord& e) {
   json out = {{"seq", e.seq}, {"ts", iso(e.ts_ns)}, {"type", e.type}, {"attempt", e.attempt}};
   if (!e.job_id.empty()) out["job"] = e.job_id;
@@ -638,6 +705,10 @@ void add_api_routes(obs::HttpServer* server, const ApiContext& context) {
                 [routes](const HttpRequest& r) { return routes->status(r); });
   server->route("GET", "/v1/jobs/{id}/events",
                 [routes](const HttpRequest& r) { return routes->events(r); });
+  server->route("GET", "/v1/jobs/{id}/steps",
+                [routes](const HttpRequest& r) { return routes->steps(r); });
+  server->route("GET", "/v1/cluster",
+                [routes](const HttpRequest& r) { return routes->cluster(r); });
   server->route("POST", "/v1/jobs/{id}/cancel",
                 [routes](const HttpRequest& r) { return routes->cancel(r); });
   server->route("GET", "/v1/jobs/{id}/logs",

@@ -68,6 +68,7 @@ JobRuntime& Coordinator::Impl::runtime_of(const JobRecord& job) {
     rt.allocation_state.clear();
     rt.allocation_running = false;
     rt.allocation_ended = false;
+    rt.recorded_step = -1;
   }
   return rt;
 }
@@ -233,6 +234,8 @@ Result<JobStatus> Coordinator::job(const Caller& caller, const std::string& id) 
   // Another team's job is reported as absent: its existence is not theirs to learn.
   if (!s.visible_to(caller, out.record)) return Status::not_found("no job " + id);
   out.goodput = s.goodput_of(out.record);
+  out.ranks = s.rank_statuses(out.record);
+  out.signatures = s.signatures_of(id);
   return out;
 }
 
@@ -401,6 +404,10 @@ Coordinator::Figures Coordinator::figures() {
     j.queue = job.spec.queue;
     j.attempt = job.attempt;
     j.progress_timeout_s = static_cast<double>(job.spec.progress_timeout_ms) / 1e3;
+    if (job.running_ns != 0 && s.wall() > job.running_ns) {
+      j.ettr =
+          std::min(1.0, job.productive_ms / (static_cast<double>(s.wall() - job.running_ns) / 1e6));
+    }
     auto rt = s.runtime.find(id);
     if (rt == s.runtime.end()) continue;
     const int64_t now = s.mono();
@@ -413,6 +420,7 @@ Coordinator::Figures Coordinator::figures() {
       j.rank_step_s.push_back(r.step >= 0 ? r.step_ms / 1e3 : 0);
       j.rank_compute_s.push_back(r.step >= 0 ? std::max(0.0, r.step_ms - r.comm_exposed_ms) / 1e3
                                              : -1);
+      j.rank_straggler_z.push_back(r.straggler_z);
     }
     if (!rt->second.ranks.empty() && rt->second.ranks[0].step >= 0) {
       j.loss = rt->second.ranks[0].loss;
@@ -436,7 +444,7 @@ void Coordinator::tick() {
   std::lock_guard<std::mutex> lock(impl_->mu);
   Impl& s = *impl_;
   for (Status st : {s.detect_timeouts(), s.enforce_time_limits(), s.finish_stops(),
-                    s.relax_suspects(), s.schedule()}) {
+                    s.relax_suspects(), s.schedule(), s.flush_steps(/*now=*/false)}) {
     if (!st.ok()) s.log.warn("coordinator tick", {{"error", st.to_string()}});
   }
 }

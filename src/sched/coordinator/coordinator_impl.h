@@ -12,6 +12,7 @@
 #define KILN_SCHED_COORDINATOR_COORDINATOR_IMPL_H_
 
 #include <cstdint>
+#include <deque>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -20,6 +21,7 @@
 #include <vector>
 
 #include <kiln/sched/coordinator.h>
+#include <kiln/sched/straggler.h>
 
 namespace kiln::sched {
 
@@ -45,6 +47,11 @@ struct RankRuntime {
   int64_t progress_mono_ns = 0;  // when its step counter last moved (or the attempt began)
   char proc_state = '?';
   RankReport end;  // how it ended
+  // Its own work per step (step less its wait on the collective), newest last, at most
+  // kStragglerWindow; and what the last judgement said (straggler.h).
+  std::deque<double> compute_window;
+  double straggler_z = kNoValue;
+  bool straggler = false;
 };
 
 struct JobRuntime {
@@ -69,6 +76,8 @@ struct JobRuntime {
   std::string allocation_state;  // as last reported
   bool allocation_running = false;
   bool allocation_ended = false;  // its ranks are gone with it
+  // Rank 0's newest step taken into the curves (step_record.cc); -1: none this attempt.
+  int64_t recorded_step = -1;
 };
 
 struct NodeRuntime {
@@ -84,6 +93,12 @@ struct NodeRuntime {
   std::string incarnation;  // of the agent that reported last (AgentReport::incarnation)
   int64_t preflight_attempt_mono_ns = 0;  // its agent did not answer the last check; 0: it did
 };
+
+// How often buffered step points are written, and how many make a write due sooner; beyond
+// kStepPendingMax (SQLite failing for a long while) new points are dropped, never the state.
+inline constexpr int64_t kStepFlushMs = 2000;
+inline constexpr size_t kStepFlushPoints = 4096;
+inline constexpr size_t kStepPendingMax = 65536;
 
 // A cordon the preflight gate made (and lifts when the node passes) starts with this.
 inline constexpr const char* kPreflightCordonPrefix = "preflight ";
@@ -107,6 +122,11 @@ struct Coordinator::Impl {
   FairShareLedger ledger;
   int64_t ledger_saved_mono_ns = 0;
   int64_t ledger_advanced_mono_ns = 0;
+  // Step points taken from reports, not yet in SQLite (step_record.cc): written every
+  // kStepFlushMs, or sooner when kStepFlushPoints wait, or when the API reads a job's curves.
+  std::vector<StepPoint> pending_steps;
+  int64_t steps_flushed_mono_ns = 0;
+  bool pending_steps_full_logged = false;
 
   int64_t mono() const { return clock->monotonic_ns(); }
   // Nodes and allocations come from an external resource manager's executor (external.cc).
@@ -129,7 +149,8 @@ struct Coordinator::Impl {
   // `isolate`: the fault implicates the node (suspect, then cordon); a program that exited with
   // an error of its own (no signal, no peer blamed) implicates the job, not the machine.
   Status fault(JobRecord* job, FaultCause cause, int rank, const std::string& node,
-               const std::string& message, bool isolate = true);
+               const std::string& message, bool isolate = true,
+               nlohmann::json extra = nlohmann::json::object());
   Status finish_stops();
   Status schedule();
   Status preempt(JobRecord* job, const Preemption& p);
@@ -158,6 +179,19 @@ struct Coordinator::Impl {
   std::set<std::string> busy_nodes() const;  // nodes of jobs that have processes
   // OK unless the node was cordoned after faults and has not passed `full` since.
   Status check_readmission(const NodeRecord& node) const;
+
+  // job_detail.cc: what Coordinator::job() adds for one job.
+  std::vector<RankStatus> rank_statuses(const JobRecord& job);
+  std::vector<ErrorSignature> signatures_of(const std::string& id);
+
+  // step_record.cc
+  // Takes the steps of rank 0's report `r` that the job's curves do not have yet.
+  void record_steps(const JobRecord& job, JobRuntime& rt, const RankReport& r);
+  // Writes the pending step points (when due, or always with `now`).
+  Status flush_steps(bool now);
+  // Scores the job's ranks (straggler.h) and writes a "straggler" event for a rank that has
+  // just become one.
+  Status judge_stragglers(const JobRecord& job, JobRuntime& rt);
 
   // external.cc
   Status external_node(const ExternalNode& n, const std::string& manager);

@@ -79,7 +79,7 @@ Status Coordinator::Impl::mark_node_faulty(const std::string& name, const std::s
 }
 
 Status Coordinator::Impl::fault(JobRecord* job, FaultCause cause, int rank, const std::string& node,
-                                const std::string& message, bool isolate) {
+                                const std::string& message, bool isolate, nlohmann::json extra) {
   const JobState st = state_of(*job);
   if (st != JobState::kPlaced && st != JobState::kRunning) return Status();
   JobRuntime& rt = runtime_of(*job);
@@ -89,6 +89,15 @@ Status Coordinator::Impl::fault(JobRecord* job, FaultCause cause, int rank, cons
                            {"node", node},
                            {"message", message},
                            {"blame", isolate ? "node" : "job"}};
+  // Where the run was: the culprit's newest step, else the job's (the curves mark it there).
+  const bool known_rank = rank >= 0 && static_cast<size_t>(rank) < rt.ranks.size();
+  detail["step"] = known_rank && rt.ranks[static_cast<size_t>(rank)].step >= 0
+                       ? rt.ranks[static_cast<size_t>(rank)].step
+                       : job->last_step;
+  if (extra.is_object()) {
+    for (const auto& [key, value] : extra.items())
+      if (!detail.contains(key)) detail[key] = value;
+  }
   std::vector<EventRecord> events{event(*job, "fault", detail)};
   StateStore::Batch batch;
   if (!node.empty() && isolate) {

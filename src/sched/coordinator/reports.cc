@@ -1,5 +1,6 @@
 // The agents' side of the coordinator: what a report changes and what the answer tells the node.
 #include <algorithm>
+#include <set>
 #include <utility>
 
 #include <kiln/launch/rank_env.h>
@@ -156,13 +157,20 @@ Status Coordinator::Impl::fault_from_exit(JobRecord* job, JobRuntime& rt, const 
   // A rank that exited with an error of its own, blaming nobody else, says nothing against its
   // machine (a bad config exits 2 on any node); signals, hangs and lost nodes do.
   const bool program_error = r.exited && culprit == r.rank && r.start_error.empty();
+  // What the error signatures read (error_signature.h): how the reporting rank ended and its
+  // own last words.
+  nlohmann::json extra = {{"reporter", r.rank}};
+  extra[r.exited ? "exit_code" : "signal"] = r.code;
+  if (!r.last_error.empty()) extra["error"] = r.last_error;
+  if (culprit != r.rank) extra["blamed_by"] = why;
   return fault(job, r.start_error.empty() ? FaultCause::kRankExit : FaultCause::kStartFailed,
-               culprit, culprit_node, message, !program_error);
+               culprit, culprit_node, message, !program_error, extra);
 }
 
 Status Coordinator::Impl::take_report(const AgentReport& report, bool* changed) {
   KILN_RETURN_IF_ERROR(register_node(report, changed));
   const int64_t now = mono();
+  std::set<std::string> moved;  // jobs a rank of which reported a new step
   for (const RankReport& r : report.ranks) {
     auto it = jobs.find(r.job_id);
     // A rank of an ended job or of an earlier attempt: the answer leaves it out, and the agent
@@ -175,12 +183,16 @@ Status Coordinator::Impl::take_report(const AgentReport& report, bool* changed) 
     if (r.rank < 0 || static_cast<size_t>(r.rank) >= rt.ranks.size()) continue;
     RankRuntime& rank = rt.ranks[static_cast<size_t>(r.rank)];
     rank.proc_state = r.proc_state;
+    if (r.rank == 0 && !r.recent.empty()) record_steps(job, rt, r);
     if (r.step > rank.step) {
       rank.step = r.step;
       rank.step_ms = r.step_ms;
       rank.loss = r.loss;
       rank.tokens_per_s = r.tokens_per_s;
       rank.comm_exposed_ms = r.comm_exposed_ms;
+      rank.compute_window.push_back(std::max(0.0, r.step_ms - r.comm_exposed_ms));
+      if (rank.compute_window.size() > kStragglerWindow) rank.compute_window.pop_front();
+      moved.insert(r.job_id);
       rank.progress_mono_ns = now - std::max<int64_t>(r.progress_age_ms, 0) * 1'000'000;
       if (rt.awaiting_recovery && rt.fault_mono_ns != 0) {
         samples.recovery_s.push_back(static_cast<double>(now - rt.fault_mono_ns) / 1e9);
@@ -222,6 +234,16 @@ Status Coordinator::Impl::take_report(const AgentReport& report, bool* changed) 
       continue;
     }
     KILN_RETURN_IF_ERROR(fault_from_exit(&job, rt, r));
+  }
+  // Once per report and job, not per rank: judging looks at every rank of the job.
+  for (const std::string& id : moved) {
+    auto it = jobs.find(id);
+    auto rt = runtime.find(id);
+    if (it == jobs.end() || rt == runtime.end() || rt->second.attempt != it->second.attempt) {
+      continue;
+    }
+    Status s = judge_stragglers(it->second, rt->second);
+    if (!s.ok()) log.warn("judging stragglers", {{"job", id}, {"error", s.to_string()}});
   }
   // placed -> running once every rank runs; placed/running -> succeeded once every rank ended 0.
   // Only the jobs this report spoke of can have moved.
