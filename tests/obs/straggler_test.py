@@ -1,8 +1,10 @@
-"""A straggling rank stands out in the coordinator's /metrics (issue 16): three ranks of a real
+"""A straggling rank is named by the coordinator (issue 16): three ranks of a real
 training job on three local nodes; rank 1 is stopped and continued over and over (SIGSTOP and
 SIGCONT, a CPU taken away part of the time). Every rank's step time is alike, since each waits
 for the slowest in the gradient all-reduce; the rank's own work (kiln_rank_compute_seconds: the
-step less that wait), which rules.yml's KilnRankStraggling reads, names rank 1.
+step less that wait), which rules.yml's KilnRankStraggling reads, names rank 1; so do the
+coordinator's robust z-score over each rank's recent steps (kiln_rank_straggler_z), its
+"straggler" event and `kiln status JOB`.
 """
 import os
 import re
@@ -79,6 +81,20 @@ class StragglerTest(unittest.TestCase):
             # the step times barely differ.
             self.assertGreater(statistics.median(ratios), 1.5, ratios)
             self.assertLess(statistics.median(step_spread), statistics.median(ratios), step_spread)
+            # The coordinator named it: a "straggler" event, its score, and `kiln status`.
+            events = [e for e in cluster.events(job) if e["type"] == "straggler"]
+            self.assertEqual([e["rank"] for e in events], [1], events)
+            self.assertGreater(events[0]["z"], 3.5)
+            status = cluster.status(job)
+            flagged = [r["rank"] for r in status["ranks"] if r["straggler"]]
+            self.assertEqual(flagged, [1], status["ranks"])
+            self.assertIn("STRAGGLER", cluster.kiln("status", job).stdout)
+            z = {m.group(1): float(m.group(2)) for m in re.finditer(
+                r'^kiln_rank_straggler_z\{job_id="' + job + r'",rank="(\d+)"\} (\S+)$',
+                http_get(cluster.url + "/metrics")[1], re.M)}
+            self.assertGreater(z["1"], 3.5, z)
+            self.assertLess(max(abs(z["0"]), abs(z["2"])), 3.5, z)
+            print(f"straggler event: rank 1, z {events[0]['z']:.1f}; now {z}", file=sys.stderr)
             cluster.kiln("cancel", job)
 
 
