@@ -13,6 +13,7 @@
 #include <kiln/obs/http_client.h>
 
 #include "cli/client.h"
+#include "cli/cmd_logs.h"
 #include "cli/command.h"
 
 namespace kiln::cli {
@@ -159,40 +160,6 @@ int run_events(const ClientFlags& flags, const std::string& id, bool follow) {
   }
 }
 
-int run_logs(const ClientFlags& flags, const std::string& id, int rank, int attempt, bool follow) {
-  Client c = connect(flags, "logs");
-  if (!c.http) return c.error;
-  int64_t offset = 0;
-  while (true) {
-    std::string path = "/v1/jobs/" + id + "/logs?rank=" + std::to_string(rank) +
-                       "&offset=" + std::to_string(offset);
-    if (attempt >= 0) path += "&attempt=" + std::to_string(attempt);
-    int code = 0;
-    Result<json> body = call(c.http->get(path), 200, "logs", &code);
-    if (!body.ok()) return code;
-    for (const json& line : (*body)["lines"]) {
-      if (flags.json) {
-        std::cout << line.dump() << "\n";
-      } else {
-        std::cout << text_of(line, "line") << "\n";
-      }
-    }
-    std::cout << std::flush;
-    const int64_t next = body->value("next", offset);
-    if (!follow) return kExitOk;
-    if (next == offset) {
-      // Nothing new: stop following once the job has ended.
-      int status_code = 0;
-      Result<json> st = call(c.http->get("/v1/jobs/" + id), 200, "logs", &status_code);
-      if (!st.ok()) return status_code;
-      const std::string state = text_of(*st, "state");
-      if (state == "succeeded" || state == "failed" || state == "cancelled") return kExitOk;
-      std::this_thread::sleep_for(std::chrono::milliseconds(kFollowPollMs));
-    }
-    offset = next;
-  }
-}
-
 int run_cancel(const ClientFlags& flags, const std::string& id) {
   Client c = connect(flags, "cancel");
   if (!c.http) return c.error;
@@ -304,25 +271,7 @@ std::vector<Command> add_job_commands(CLI::App& parent) {
                      return run_events(*flags, *id, *follow);
                    }});
   }
-  {
-    auto flags = std::make_shared<ClientFlags>();
-    auto id = std::make_shared<std::string>();
-    auto rank = std::make_shared<int>(0);
-    auto attempt = std::make_shared<int>(-1);
-    auto follow = std::make_shared<bool>(false);
-    CLI::App* app = parent.add_subcommand("logs", "Print what a rank of a job wrote");
-    app->add_option("job", *id, "job id")->required();
-    app->add_option("--rank", *rank, "the rank")
-        ->capture_default_str()
-        ->check(CLI::Range(0, 1 << 20));
-    app->add_option("--attempt", *attempt, "the attempt (default: the current one)")
-        ->check(CLI::Range(0, 1 << 30));
-    app->add_flag("--follow,-f", *follow, "keep printing until the job ends");
-    add_client_flags(app, flags.get());
-    out.push_back({app, [flags, id, rank, attempt, follow](const GlobalOptions&) {
-                     return run_logs(*flags, *id, *rank, *attempt, *follow);
-                   }});
-  }
+  out.push_back(add_logs_command(parent));
   {
     auto flags = std::make_shared<ClientFlags>();
     auto id = std::make_shared<std::string>();

@@ -6,6 +6,7 @@ kiln_library(NAME sched_exec
     exec/rank_process.cc
     exec/rank_log.cc
     exec/flight_culprit.cc
+    exec/log_merge.cc
   PUBLIC_DEPS kiln_base nlohmann_json::nlohmann_json
   PRIVATE_DEPS fmt::fmt)
 
@@ -15,4 +16,5 @@ kiln_tests(NAME sched_exec
     exec/rank_process_test.cc
     exec/rank_log_test.cc
     exec/flight_culprit_test.cc
+    exec/log_merge_test.cc
   DEPS kiln_sched_exec kiln_comm)
