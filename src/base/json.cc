@@ -2,6 +2,8 @@
 // is inside a string (and after a backslash there) and how deep the brackets are.
 #include <kiln/base/json.h>
 
+#include <algorithm>
+
 namespace kiln {
 
 Status check_json_bounds(std::string_view text, const JsonLimits& limits, std::string_view what,
@@ -39,6 +41,20 @@ Status check_json_bounds(std::string_view text, const JsonLimits& limits, std::s
     }
   }
   return Status();
+}
+
+std::string utf8_text(std::string_view text, size_t max_bytes) {
+  // The JSON writer's replace mode is the validator: what it writes reads back as valid UTF-8.
+  using Json = nlohmann::json;
+  const std::string escaped = Json(std::string(text.substr(0, std::min(text.size(), max_bytes))))
+                                  .dump(-1, ' ', false, Json::error_handler_t::replace);
+  std::string out = Json::parse(escaped).get<std::string>();
+  if (out.size() <= max_bytes) return out;
+  size_t n = max_bytes;  // U+FFFD (3 bytes) may have grown it: cut before a continuation byte
+  while (n > 0 && (static_cast<unsigned char>(out[n]) & 0xC0) == 0x80)
+    --n;
+  out.resize(n);
+  return out;
 }
 
 }  // namespace kiln

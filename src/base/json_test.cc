@@ -51,5 +51,20 @@ TEST(JsonBoundsTest, RefusesTooManyBytesAndBadSyntaxNamingTheInput) {
   EXPECT_THAT(bad.status().message(), HasSubstr("x.json: not valid JSON"));
 }
 
+TEST(Utf8Text, InvalidBytesBecomeReplacementsAndTheCutKeepsCharactersWhole) {
+  EXPECT_EQ(utf8_text("plain", 100), "plain");
+  EXPECT_EQ(utf8_text("a\xff"
+                      "b",
+                      100),
+            "a\xef\xbf\xbd"
+            "b");  // U+FFFD
+  // "é" is two bytes: a cut after its first byte drops it rather than split it.
+  EXPECT_EQ(utf8_text("ab\xc3\xa9", 3), "ab");
+  EXPECT_EQ(utf8_text("ab\xc3\xa9", 4), "ab\xc3\xa9");
+  const std::string out = utf8_text(std::string(10, '\xff'), 10);
+  EXPECT_LE(out.size(), 10u);
+  EXPECT_NO_THROW((void)nlohmann::json(out).dump());
+}
+
 }  // namespace
 }  // namespace kiln

@@ -658,6 +658,17 @@ Result<std::vector<EventRecord>> StateStore::events_for_job(const std::string& j
   return collect_events(stmt, path_);
 }
 
+Result<std::vector<EventRecord>> StateStore::newest_events(const std::string& job_id,
+                                                           const std::string& type, size_t limit) {
+  std::lock_guard<std::mutex> lock(mu_);
+  Stmt stmt(db_, path_,
+            std::string(kEventSelect) + "WHERE job_id = ? AND type = ? ORDER BY seq DESC LIMIT ?");
+  stmt.bind_text(job_id).bind_text(type).bind_int(capped(limit));
+  KILN_ASSIGN_OR_RETURN(std::vector<EventRecord> events, collect_events(stmt, path_));
+  std::reverse(events.begin(), events.end());
+  return events;
+}
+
 Result<std::vector<EventRecord>> StateStore::events_after(int64_t after_seq, size_t limit) {
   std::lock_guard<std::mutex> lock(mu_);
   Stmt stmt(db_, path_, std::string(kEventSelect) + "WHERE seq > ? ORDER BY seq LIMIT ?");

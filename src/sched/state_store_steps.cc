@@ -2,6 +2,7 @@
 // See include/kiln/sched/state_store.h for the contract, kiln/sched/step_series.h for the bound.
 #include <sqlite3.h>
 
+#include <algorithm>
 #include <set>
 #include <string>
 #include <vector>
@@ -53,14 +54,15 @@ Result<std::vector<StepPoint>> read_steps(sqlite3* db, const std::string& path,
   return points;
 }
 
-// Thins one job's points to `max_points` (thin_steps): deletes the ones it does not keep.
+// Past `max_points`, thins one job's points to half of it (thin_steps) and deletes the rest:
+// half, so that the next thinning is many flushes away rather than on every one.
 Status thin_job(sqlite3* db, const std::string& path, const std::string& job_id,
                 size_t max_points) {
   Stmt count(db, path, "SELECT COUNT(*) FROM steps WHERE job_id = ?");
   KILN_ASSIGN_OR_RETURN(const bool row, count.bind_text(job_id).step());
   if (!row || count.col_int(0) <= static_cast<int64_t>(max_points)) return Status();
   KILN_ASSIGN_OR_RETURN(std::vector<StepPoint> points, read_steps(db, path, job_id));
-  const std::vector<size_t> keep = thin_steps(points, max_points);
+  const std::vector<size_t> keep = thin_steps(points, std::max<size_t>(max_points / 2, 1));
   size_t k = 0;
   for (size_t i = 0; i < points.size(); ++i) {
     if (k < keep.size() && keep[k] == i) {

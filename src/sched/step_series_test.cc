@@ -146,7 +146,7 @@ TEST_F(StepStoreTest, ARepeatedPointKeepsTheFirstAndTheBoundHolds) {
   }
   Result<std::vector<StepPoint>> got = store_->steps_for_job(id_);
   EXPECT_EQ(got->back().sample.step, 501) << "the newest point stays";
-  EXPECT_GE(got->size(), 50u);
+  EXPECT_GE(got->size(), 25u);  // thinned to half the bound at most, never to nothing
   ASSERT_TRUE(store_->delete_steps(id_).ok());
   EXPECT_EQ(*store_->count_steps(), 0);
 }

@@ -17,7 +17,8 @@
 
 (() => {
   const REFRESH_MS = 5000;
-  const STEPS_MAX = 4000;         // the server strides longer runs down to this many rows
+  const STEPS_MAX = 4000;         // the server thins longer runs down to this many rows
+  const EVENTS_KEPT = 5000;       // a page open for weeks must not grow without bound
   const EVENTS_PAGE = 1000;
   const EVENTS_PAGES_MAX = 20;    // per refresh; a longer backlog arrives over later ticks
   const CHART_HEIGHT = 220;
@@ -360,6 +361,7 @@
       }
       if (list.length < EVENTS_PAGE || job.lastSeq === before) break;
     }
+    if (job.events.length > EVENTS_KEPT) job.events.splice(0, job.events.length - EVENTS_KEPT);
   }
 
   function renderJobStatus(s) {
@@ -425,8 +427,8 @@
 
   // Newest first: an operator opens the page to see what just happened.
   function renderEvents(job) {
-    if (job.eventsShown === job.events.length) return;
-    job.eventsShown = job.events.length;
+    if (job.eventsShown === job.lastSeq) return;  // seq, not length: the list is capped
+    job.eventsShown = job.lastSeq;
     const items = [];
     for (let k = job.events.length - 1; k >= 0; k--) {
       const e = job.events[k];
@@ -522,8 +524,9 @@
     const n = Array.isArray(cols.step) ? cols.step.length : 0;
     $('no-steps').hidden = n > 0;
     $('charts').hidden = n === 0;
-    const stride = job.steps && num(job.steps.stride);
-    $('steps-note').textContent = n ? `${fmt.int(n)} rows` + (stride > 1 ? ` · stride ${stride}` : '') : '';
+    const stored = job.steps && num(job.steps.stored);
+    $('steps-note').textContent =
+        n ? `${fmt.int(n)} rows` + (stored > n ? ` of ${fmt.int(stored)} stored` : '') : '';
     if (n === 0) { destroyCharts(); return; }
     if (typeof uPlot !== 'function') {  // the rest of the page still works without it
       $('charts').hidden = true;

@@ -61,6 +61,11 @@ Result<Json> parse_json_bounded(std::string_view text, const JsonLimits& limits,
   return parsed;
 }
 
+// `text` as valid UTF-8 of at most `max_bytes` bytes: a byte sequence that is not UTF-8 becomes
+// U+FFFD, and the cut falls on a character boundary. For text from outside (a program's output)
+// that goes into JSON, whose writer throws on invalid UTF-8.
+std::string utf8_text(std::string_view text, size_t max_bytes);
+
 }  // namespace kiln
 
 #endif  // KILN_BASE_JSON_H_

@@ -36,9 +36,14 @@
 // without a newline is written when its pipe ends or the rank is forgotten.
 //
 // Progress: a rank writes one JSON line per optimizer step to fd 3:
-//   {"step":12,"step_ms":210.3,"loss":6.12,"tokens_per_s":1234.5}   then   {"event":"done"}
-// progress() returns the latest. Lines that are not such JSON are ignored (and counted), as is
-// anything after the done line.
+//   {"step":12,"step_ms":210.3,"loss":6.12,"tokens_per_s":1234.5,"comm_exposed_ms":3.1,
+//    "lr":6e-4,"mfu":0.31,"ckpt_stall_ms":0[,"val_loss":6.3]}   then   {"event":"done"}
+// progress() returns the latest, and its last kRecentStepsMax steps (the curves' points). Lines
+// that are not such JSON, or name a negative step, are ignored (and counted), as is anything
+// after the done line.
+//
+// Last words: the last line a rank wrote to stderr (RankExitInfo::last_stderr) is kept, so the
+// coordinator can say why a program failed without reading its log.
 //
 // Thread safety: every public method may be called from any thread, including from on_exit
 // (which runs on the supervisor thread with no lock held).

@@ -1,4 +1,5 @@
-// StateStore: the coordinator's durable state (jobs, nodes, events, audit, settings) in one
+// StateStore: the coordinator's durable state (jobs, nodes, events, audit, settings, and each
+// job's step metrics for its curves) in one
 // SQLite file, so that a coordinator restart re-reads everything and loses nothing.
 //
 // What it is: plain records in, plain records out, each write one transaction. What it is not:
@@ -149,6 +150,9 @@ class StateStore {
   Result<std::vector<EventRecord>> events_for_job(const std::string& job_id, int64_t after_seq,
                                                   size_t limit);
   Result<std::vector<EventRecord>> events_after(int64_t after_seq, size_t limit);
+  // The job's newest `limit` events of `type`, oldest first.
+  Result<std::vector<EventRecord>> newest_events(const std::string& job_id, const std::string& type,
+                                                 size_t limit);
   // The newest event's seq (0 when there is none).
   Result<int64_t> last_event_seq();
   // Appends `events` (their seq ignored) in one transaction. An event whose job_id names no job
@@ -180,11 +184,12 @@ class StateStore {
 
   // --- Step metrics (kiln/sched/step_series.h; state_store_steps.cc).
   // Adds `points` (a point whose job, attempt and step are stored already is left as it was)
-  // and thins each job they touch to at most `per_job_max` points (thin_steps), in one
-  // transaction. A point of a job that does not exist is refused (kInvalidArgument), and none
-  // is added.
+  // and thins each job they touch that has more than `per_job_max` points to half that
+  // (thin_steps), in one transaction. A point of a job that does not exist is refused
+  // (kInvalidArgument), and none is added.
   Status append_steps(const std::vector<StepPoint>& points, size_t per_job_max);
-  // The job's points by attempt and step (at most kStoreRowsMax x 2: a caller keeps fewer).
+  // The job's points by attempt and step (at most 2 x kStoreRowsMax rows, a bound above any
+  // per_job_max the coordinator uses: it keeps kStepPointsPerJobMax).
   Result<std::vector<StepPoint>> steps_for_job(const std::string& job_id);
   // Forgets the job's points (a retention policy's cleanup).
   Status delete_steps(const std::string& job_id);

@@ -23,6 +23,9 @@ inline constexpr size_t kStragglerWindow = 16;
 inline constexpr size_t kStragglerMinSamples = 8;  // a rank's window must hold this many
 inline constexpr size_t kStragglerMinRanks = 3;    // a median of two says nothing
 inline constexpr double kStragglerZ = 3.5;
+// A straggler stays one until its score falls below this: a rank whose score hovers around
+// kStragglerZ is one event, not one per crossing.
+inline constexpr double kStragglerClearZ = 2.5;
 inline constexpr double kStragglerScaleFloor = 0.1;
 
 // Each rank's robust z-score from its window of compute times (any length; the newest

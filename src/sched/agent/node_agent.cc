@@ -296,7 +296,10 @@ struct JoinedAgent::Impl {
     int64_t failures = 0;
     while (true) {
       AgentReport report = build_report();
-      Result<obs::HttpResponse> r = client->post("/v1/agent/report", to_json(report).dump());
+      // replace: a byte that is not UTF-8 in a rank's text becomes U+FFFD, never an exception.
+      Result<obs::HttpResponse> r = client->post(
+          "/v1/agent/report",
+          to_json(report).dump(-1, ' ', false, nlohmann::json::error_handler_t::replace));
       int64_t wait_ms = interval_ms;
       if (r.ok() && r->status == 200) {
         nlohmann::json body = nlohmann::json::parse(r->body, nullptr, false);

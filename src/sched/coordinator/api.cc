@@ -10,6 +10,7 @@
 #include <utility>
 
 #include <kiln/base/clock.h>
+#include <kiln/base/json.h>
 #include <kiln/obs/http_client.h>
 #include <kiln/sched/rank_process.h>
 
@@ -541,24 +542,20 @@ Result<AgentReport> agent_report_from_json(const json& j) {
       }
       rr.tokens_per_s = field_or<double>(r, "tokens_per_s", 0);
       rr.comm_exposed_ms = field_or<double>(r, "comm_exposed_ms", 0);
-      if (auto recent = r.find("recent"); recent != r.end() && !recent->is_null()) {
-        Result<std::vector<StepSample>> samples = step_samples_from_json(*recent);
-        if (!samples.ok()) {
-          return samples.status().with_context("rank " + std::to_string(rr.rank) + " of job " +
-                                               rr.job_id);
-        }
-        rr.recent = std::move(*samples);
+      if (auto recent = r.find("recent"); recent != r.end()) {
+        rr.recent = step_samples_from_json(*recent);
       }
       const std::string ps = field_or<std::string>(r, "proc_state", "?");
       rr.proc_state = ps.empty() ? '?' : ps[0];
       rr.exited = field_or<bool>(r, "exited", false);
       rr.code = field_or<int>(r, "code", 0);
       rr.stopped_by_agent = field_or<bool>(r, "stopped_by_agent", false);
-      rr.describe = field_or<std::string>(r, "describe", "").substr(0, 4096);
+      rr.describe = utf8_text(field_or<std::string>(r, "describe", ""), 4096);
       rr.ended_age_ms = field_or<int64_t>(r, "ended_age_ms", 0);
       rr.culprit_rank = field_or<int>(r, "culprit_rank", -1);
-      rr.start_error = field_or<std::string>(r, "start_error", "").substr(0, 4096);
-      rr.last_error = field_or<std::string>(r, "last_error", "").substr(0, kLastStderrBytes);
+      // Cut on a character: a split one would make the fault event unwritable (its JSON).
+      rr.start_error = utf8_text(field_or<std::string>(r, "start_error", ""), 4096);
+      rr.last_error = utf8_text(field_or<std::string>(r, "last_error", ""), kLastStderrBytes);
       out.ranks.push_back(std::move(rr));
     }
   }

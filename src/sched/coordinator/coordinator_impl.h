@@ -127,6 +127,7 @@ struct Coordinator::Impl {
   std::vector<StepPoint> pending_steps;
   int64_t steps_flushed_mono_ns = 0;
   bool pending_steps_full_logged = false;
+  bool steps_flush_failed = false;  // the last write failed: wait the interval before the next
 
   int64_t mono() const { return clock->monotonic_ns(); }
   // Nodes and allocations come from an external resource manager's executor (external.cc).
@@ -183,6 +184,8 @@ struct Coordinator::Impl {
   // job_detail.cc: what Coordinator::job() adds for one job.
   std::vector<RankStatus> rank_statuses(const JobRecord& job);
   std::vector<ErrorSignature> signatures_of(const std::string& id);
+  // OK when the caller may see the job; kNotFound when there is none or it is another team's.
+  Status check_visible(const Caller& caller, const std::string& id);
 
   // step_record.cc
   // Takes the steps of rank 0's report `r` that the job's curves do not have yet.

@@ -1,7 +1,9 @@
 // What one job's status adds to the list's (Coordinator::job): its ranks, its error signatures;
 // and its step points for the curves (Coordinator::steps).
 #include <algorithm>
+#include <map>
 #include <set>
+#include <utility>
 
 #include "sched/coordinator/coordinator_impl.h"
 #include "sched/coordinator/error_signature.h"
@@ -38,7 +40,7 @@ std::vector<RankStatus> Coordinator::Impl::rank_statuses(const JobRecord& job) {
 
 std::vector<ErrorSignature> Coordinator::Impl::signatures_of(const std::string& id) {
   std::vector<ErrorSignature> out;
-  Result<std::vector<EventRecord>> events = store->events_for_job(id, 0, kStoreRowsMax);
+  Result<std::vector<EventRecord>> events = store->newest_events(id, "fault", kSignaturesMax);
   if (!events.ok()) {
     log.warn("reading a job's events for its signatures",
              {{"job", id}, {"error", events.status().to_string()}});
@@ -47,18 +49,26 @@ std::vector<ErrorSignature> Coordinator::Impl::signatures_of(const std::string& 
   for (const EventRecord& e : *events) {
     if (std::optional<ErrorSignature> sig = error_signature(e)) out.push_back(std::move(*sig));
   }
-  if (out.size() > kSignaturesMax) out.erase(out.begin(), out.end() - kSignaturesMax);
   return out;
 }
 
 Result<JobSteps> Coordinator::steps(const Caller& caller, const std::string& id,
                                     size_t max_points) {
-  KILN_RETURN_IF_ERROR(job(caller, id).status());  // another team's job is not found
   std::lock_guard<std::mutex> lock(impl_->mu);
   Impl& s = *impl_;
-  Status flushed = s.flush_steps(/*now=*/true);
-  if (!flushed.ok()) s.log.warn("writing step points", {{"error", flushed.to_string()}});
+  KILN_RETURN_IF_ERROR(s.check_visible(caller, id));
   KILN_ASSIGN_OR_RETURN(std::vector<StepPoint> points, s.store->steps_for_job(id));
+  // The points not written yet are added here, not flushed: a reader must not be able to make
+  // the coordinator write (and fsync) as often as it likes.
+  std::map<std::pair<int, int64_t>, size_t> stored;
+  for (size_t i = 0; i < points.size(); ++i)
+    stored[{points[i].attempt, points[i].sample.step}] = i;
+  for (const StepPoint& p : s.pending_steps) {
+    if (p.job_id == id && stored.count({p.attempt, p.sample.step}) == 0) points.push_back(p);
+  }
+  std::stable_sort(points.begin(), points.end(), [](const StepPoint& a, const StepPoint& b) {
+    return a.attempt != b.attempt ? a.attempt < b.attempt : a.sample.step < b.sample.step;
+  });
   JobSteps out;
   out.stored = points.size();
   max_points = std::max<size_t>(max_points, 64);
@@ -69,6 +79,16 @@ Result<JobSteps> Coordinator::steps(const Caller& caller, const std::string& id,
   for (size_t i : thin_steps(points, max_points))
     out.points.push_back(std::move(points[i]));
   return out;
+}
+
+Status Coordinator::Impl::check_visible(const Caller& caller, const std::string& id) {
+  auto it = jobs.find(id);
+  if (it != jobs.end()) {
+    return visible_to(caller, it->second) ? Status() : Status::not_found("no job " + id);
+  }
+  KILN_ASSIGN_OR_RETURN(JobRecord stored, store->get_job(id));
+  // Another team's job is reported as absent: its existence is not theirs to learn.
+  return visible_to(caller, stored) ? Status() : Status::not_found("no job " + id);
 }
 
 Coordinator::ClusterFigures Coordinator::cluster_figures(const Caller& caller) {

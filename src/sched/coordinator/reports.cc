@@ -40,6 +40,22 @@ std::vector<std::string> rank_command(const CoordinatorOptions& options, const J
   return argv;
 }
 
+// `text` (a program's own output, bound for an event) with every secret value of the job's
+// spec replaced by its name: events are TEXT columns, served to the job's team and its page, and
+// a failing program may well print its environment (state_store.h: no TEXT column holds a
+// secret).
+std::string redact_secrets(std::string text, const JobSpec& spec) {
+  for (const EnvVar& var : spec.env) {
+    if (!var.secret || var.value.empty()) continue;
+    const std::string mark = "[secret " + var.name + "]";
+    for (size_t at = text.find(var.value); at != std::string::npos;
+         at = text.find(var.value, at + mark.size())) {
+      text.replace(at, var.value.size(), mark);
+    }
+  }
+  return text;
+}
+
 }  // namespace
 
 Status Coordinator::Impl::register_node(const AgentReport& report, bool* changed) {
@@ -161,7 +177,7 @@ Status Coordinator::Impl::fault_from_exit(JobRecord* job, JobRuntime& rt, const 
   // own last words.
   nlohmann::json extra = {{"reporter", r.rank}};
   extra[r.exited ? "exit_code" : "signal"] = r.code;
-  if (!r.last_error.empty()) extra["error"] = r.last_error;
+  if (!r.last_error.empty()) extra["error"] = redact_secrets(r.last_error, job->spec);
   if (culprit != r.rank) extra["blamed_by"] = why;
   return fault(job, r.start_error.empty() ? FaultCause::kRankExit : FaultCause::kStartFailed,
                culprit, culprit_node, message, !program_error, extra);

@@ -1,6 +1,7 @@
 // JSON forms of step metrics (step_json.h).
 #include "sched/coordinator/step_json.h"
 
+#include <algorithm>
 #include <cmath>
 
 namespace kiln::sched {
@@ -28,37 +29,31 @@ json step_samples_json(const std::vector<StepSample>& samples) {
   return out;
 }
 
-Result<std::vector<StepSample>> step_samples_from_json(const json& j) {
-  if (!j.is_array()) return Status::invalid_argument("field 'recent' is not an array");
-  if (j.size() > kRecentStepsMax) {
-    return Status::invalid_argument("field 'recent' has " + std::to_string(j.size()) +
-                                    " entries, more than " + std::to_string(kRecentStepsMax));
-  }
+std::vector<StepSample> step_samples_from_json(const json& j) {
   std::vector<StepSample> out;
-  for (size_t i = 0; i < j.size(); ++i) {
+  if (!j.is_array()) return out;
+  const size_t first = j.size() > kRecentStepsMax ? j.size() - kRecentStepsMax : 0;
+  for (size_t i = first; i < j.size(); ++i) {
     const json& e = j[i];
-    const std::string where = "field 'recent' entry " + std::to_string(i);
     if (!e.is_array() || e.size() != kSampleFields || !e[0].is_number_integer() ||
         !e[1].is_number_integer()) {
-      return Status::invalid_argument(where + ": not [step, age_ms, 8 numbers or nulls]");
+      continue;
     }
     double v[kSampleFields] = {};
-    for (size_t k = 2; k < kSampleFields; ++k) {
+    bool valid = true;
+    for (size_t k = 2; k < kSampleFields && valid; ++k) {
       if (e[k].is_null()) {
         v[k] = kNoValue;
       } else if (e[k].is_number() && std::isfinite(e[k].get<double>())) {
         v[k] = e[k].get<double>();
       } else {
-        return Status::invalid_argument(where + ": value " + std::to_string(k) +
-                                        " is not a finite number or null");
+        valid = false;
       }
     }
     StepSample s;
     s.step = e[0].get<int64_t>();
-    s.age_ms = e[1].get<int64_t>();
-    if (s.step < 0 || s.age_ms < 0) {
-      return Status::invalid_argument(where + ": a negative step or age");
-    }
+    if (!valid || s.step < 0 || s.step > kSampleStepMax) continue;
+    s.age_ms = std::clamp<int64_t>(e[1].get<int64_t>(), 0, kSampleAgeMaxMs);
     s.step_ms = v[2];
     s.loss = v[3];
     s.val_loss = v[4];

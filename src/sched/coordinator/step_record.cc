@@ -36,14 +36,24 @@ void Coordinator::Impl::record_steps(const JobRecord& job, JobRuntime& rt, const
 Status Coordinator::Impl::flush_steps(bool now) {
   if (pending_steps.empty()) return Status();
   const int64_t t = mono();
-  const bool due = now || pending_steps.size() >= kStepFlushPoints ||
+  // After a failure only the interval makes a write due: a store that refuses (busy, disk
+  // full) is retried every kStepFlushMs, not on every tick.
+  const bool due = now || (pending_steps.size() >= kStepFlushPoints && !steps_flush_failed) ||
                    t - steps_flushed_mono_ns >= kStepFlushMs * 1'000'000;
   if (!due) return Status();
   steps_flushed_mono_ns = t;
   Status s = store->append_steps(pending_steps, kStepPointsPerJobMax);
-  if (!s.ok())
+  if (s.is_invalid_argument()) {
+    // A point the store will never take (its job is gone): retrying would wedge every later
+    // point behind it. The curves lose this batch; the state loses nothing.
+    log.error("step points refused; dropped",
+              {{"points", pending_steps.size()}, {"error", s.to_string()}});
+  } else if (!s.ok()) {
+    steps_flush_failed = true;
     return s.with_context("writing " + std::to_string(pending_steps.size()) +
                           " step points (kept for the next try)");
+  }
+  steps_flush_failed = false;
   pending_steps.clear();
   pending_steps_full_logged = false;
   return Status();
@@ -60,7 +70,8 @@ Status Coordinator::Impl::judge_stragglers(const JobRecord& job, JobRuntime& rt)
   for (size_t i = 0; i < rt.ranks.size(); ++i) {
     RankRuntime& r = rt.ranks[i];
     r.straggler_z = z[i];
-    const bool now_straggler = !std::isnan(z[i]) && z[i] > kStragglerZ;
+    const bool now_straggler =
+        !std::isnan(z[i]) && (r.straggler ? z[i] >= kStragglerClearZ : z[i] > kStragglerZ);
     // An event when a rank becomes a straggler, not on every report while it is one; a rank
     // that recovers and slows again is a new event.
     if (now_straggler && !r.straggler) {

@@ -13,9 +13,10 @@ using obs::HttpResponse;
 HttpResponse asset_answer(std::string_view name) {
   HttpResponse r;
   const ui::Asset* asset = ui::find_asset(name);
+  r.headers.emplace_back("X-Content-Type-Options", "nosniff");
   if (asset == nullptr) {
     r.status = 404;
-    r.body = "no such file: /ui/" + std::string(name) + "\n";
+    r.body = "no such file under /ui/\n";  // the name is not echoed: nothing of the caller's
     return r;
   }
   r.content_type = std::string(asset->content_type) + "; charset=utf-8";
@@ -25,7 +26,6 @@ HttpResponse asset_answer(std::string_view name) {
   r.headers.emplace_back("Content-Security-Policy",
                          "default-src 'self'; style-src 'self' 'unsafe-inline'; "
                          "img-src 'self' data:; frame-ancestors 'none'");
-  r.headers.emplace_back("X-Content-Type-Options", "nosniff");
   r.headers.emplace_back("Cache-Control", "no-cache");
   return r;
 }

@@ -551,7 +551,7 @@ void RankSupervisor::Impl::on_progress_line(RankState* r, std::string_view line,
   const auto step = j->find("step");
   if (event != j->end() && event->is_string() && *event == "done") {
     p.done = true;
-  } else if (step != j->end() && step->is_number_integer()) {
+  } else if (step != j->end() && step->is_number_integer() && step->get<int64_t>() >= 0) {
     p.step = step->get<int64_t>();
     p.step_ms = number("step_ms");
     // A loss that is not finite is written as null: keep it NaN, an alert's business.
@@ -643,7 +643,8 @@ void RankSupervisor::Impl::drain_and_reap(RankState* r, std::vector<RankExitInfo
   e.pid = r->pid;
   e.stopped_by_agent = r->stop_requested;
   e.runtime_ms = (now_ns() - r->started_ns) / 1'000'000;
-  e.last_stderr = r->last_stderr;
+  // Valid UTF-8, cut on a character: it travels in JSON, whose writer throws on anything else.
+  e.last_stderr = utf8_text(r->last_stderr, kLastStderrBytes);
   if (rc != 0) {
     // ECHILD: something else in this process reaped it (a waitpid(-1)); its status is lost.
     e.exited = false;
