@@ -6,6 +6,7 @@
 
 #include <kiln/base/clock.h>
 #include <kiln/preflight/agent.h>
+#include <kiln/sched/duration.h>
 #include <kiln/sched/node_agent.h>
 
 #include <nlohmann/json.hpp>
@@ -42,6 +43,7 @@ struct AgentFlags {
   std::string node_token_file;
   std::string rank_address;
   std::string logs_bind;
+  std::string keep_logs = "168h";
 };
 
 Result<std::map<std::string, std::string>> parse_labels(const std::string& text) {
@@ -115,6 +117,9 @@ int run_agent(const AgentFlags& flags, const GlobalOptions& globals) {
     join.labels = *labels;
     join.slots = flags.slots;
     join.work_dir = flags.work_dir;
+    Result<int64_t> keep = sched::parse_duration_ms(flags.keep_logs);
+    if (!keep.ok()) return report_error("agent", keep.status().with_context("--keep-logs"));
+    join.keep_logs_ms = *keep;
     join.check_dirs = flags.check_dirs;
     join.rank_address = flags.rank_address;
     join.kiln_binary = self_executable();
@@ -197,6 +202,10 @@ Command add_agent_command(CLI::App& parent) {
       ->capture_default_str()
       ->check(CLI::Range(1, 4096));
   app->add_option("--work-dir", flags->work_dir, "ranks' logs and flight dumps (absolute path)");
+  app->add_option("--keep-logs", flags->keep_logs,
+                  "remove a job's logs this long after they were last written, once the node "
+                  "runs none of its ranks (0h: keep them)")
+      ->capture_default_str();
   app->add_option("--check-dir", flags->check_dirs,
                   "with --join: a directory whose free space preflight checks (checkpoints, "
                   "data; repeatable; the work directory always is)");

@@ -133,6 +133,67 @@ int run_status(const ClientFlags& flags, const std::string& id) {
   return kExitOk;
 }
 
+// "1.5 GiB", "300 MiB", "12 KiB", "0 B".
+std::string human_bytes(double bytes) {
+  const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB", "PiB"};
+  size_t u = 0;
+  while (bytes >= 1024 && u + 1 < std::size(units)) {
+    bytes /= 1024;
+    ++u;
+  }
+  std::ostringstream out;
+  out << std::fixed << std::setprecision(u == 0 || bytes >= 100 ? 0 : 1) << bytes << " "
+      << units[u];
+  return out.str();
+}
+
+// "running 3, queued 1" from {"running": 3, "queued": 1}.
+std::string counts_line(const json& counts) {
+  std::string out;
+  if (!counts.is_object()) return "-";
+  for (const auto& [state, n] : counts.items())
+    out += (out.empty() ? "" : ", ") + state + " " + n.dump();
+  return out.empty() ? "none" : out;
+}
+
+int run_cluster_status(const ClientFlags& flags) {
+  Client c = connect(flags, "status");
+  if (!c.http) return c.error;
+  int code = 0;
+  Result<json> body = call(c.http->get("/v1/cluster"), 200, "status", &code);
+  if (!body.ok()) return code;
+  if (flags.json) {
+    std::cout << body->dump() << "\n";
+    return kExitOk;
+  }
+  auto percent = [&](const char* key) {
+    const json& v = (*body)[key];
+    if (!v.is_number()) return std::string("-");
+    std::ostringstream out;
+    out << std::fixed << std::setprecision(1) << 100 * v.get<double>() << "%";
+    return out.str();
+  };
+  std::cout << "goodput " << percent("goodput") << "   ETTR " << percent("ettr")
+            << "   (unfinished jobs)\n";
+  std::cout << "jobs:   " << counts_line((*body)["jobs_by_state"]) << "\n";
+  std::cout << "nodes:  " << counts_line((*body)["nodes_by_state"]) << "\n";
+  const json& idle = (*body)["idle_nodes"];
+  std::cout << "idle:   " << (idle.is_array() ? idle.size() : 0) << " node(s)";
+  if (idle.is_array() && !idle.empty()) std::cout << ": " << join_nodes(idle);
+  std::cout << "\n";
+  const json& storage = (*body)["storage_by_team"];
+  std::cout << "checkpoint storage by team:";
+  if (!storage.is_object() || storage.empty()) std::cout << " none measured";
+  std::cout << "\n";
+  if (storage.is_object()) {
+    for (const auto& [team, bytes] : storage.items()) {
+      std::cout << "  " << std::left << std::setw(20) << team
+                << human_bytes(bytes.is_number() ? bytes.get<double>() : 0) << "\n";
+    }
+  }
+  return kExitOk;
+}
+
 int run_events(const ClientFlags& flags, const std::string& id, bool follow) {
   Client c = connect(flags, "events");
   if (!c.http) return c.error;
@@ -254,10 +315,17 @@ std::vector<Command> add_job_commands(CLI::App& parent) {
   {
     auto flags = std::make_shared<ClientFlags>();
     auto id = std::make_shared<std::string>();
-    CLI::App* app = parent.add_subcommand("status", "Show one job, or every job of your team");
+    auto cluster = std::make_shared<bool>(false);
+    CLI::App* app = parent.add_subcommand(
+        "status", "Show one job, every job of your team, or the cluster (--cluster)");
     app->add_option("job", *id, "job id (default: all)");
+    app->add_flag("--cluster", *cluster,
+                  "the cluster instead: goodput and ETTR, jobs and nodes by state, idle nodes, "
+                  "checkpoint storage per team");
     add_client_flags(app, flags.get());
-    out.push_back({app, [flags, id](const GlobalOptions&) { return run_status(*flags, *id); }});
+    out.push_back({app, [flags, id, cluster](const GlobalOptions&) {
+                     return *cluster ? run_cluster_status(*flags) : run_status(*flags, *id);
+                   }});
   }
   {
     auto flags = std::make_shared<ClientFlags>();

@@ -31,6 +31,7 @@
 #include <kiln/sched/auth.h>
 #include <kiln/sched/coordinator.h>
 #include <kiln/sched/daemons.h>
+#include <kiln/sched/lifecycle.h>
 #include <kiln/sched/policy.h>
 #include <kiln/sched/preflight_gate.h>
 #include <kiln/sched/queue_config.h>
@@ -81,6 +82,10 @@ struct ServeFlags {
   int64_t preflight_valid_s = 3600;
   preflight::HealthThresholds health;  // preflight's health thresholds (--health-*)
   HealthFlags health_flags;
+  // The storage lifecycle (kiln/sched/lifecycle.h).
+  double retain_days = 7;
+  int retain_checkpoints = 2;
+  int64_t lifecycle_interval_s = 60;
 };
 
 // A pid from the state's settings; 0 (no process) when the text is not one.
@@ -210,12 +215,29 @@ Result<std::vector<pid_t>> ensure_local_agents(const ServeFlags& flags, sched::S
         "rack=r" + std::to_string(i / 2) + ",switch=s" + std::to_string(i / 2);
     KILN_ASSIGN_OR_RETURN(
         pid_t pid,
-        sched::spawn_detached({{kiln, "--log-file", dir + "/agent.log", "agent", "--join", url,
-                                "--node-name", name, "--rank-address", "127.0.0.1", "--labels",
-                                labels, "--slots", std::to_string(flags.slots_per_node),
-                                "--work-dir", dir, "--node-token-file", node_token_path},
-                               dir + "/agent.out",
-                               agent_env}));
+        sched::spawn_detached(
+            {{kiln,
+              "--log-file",
+              dir + "/agent.log",
+              "agent",
+              "--join",
+              url,
+              "--node-name",
+              name,
+              "--rank-address",
+              "127.0.0.1",
+              "--labels",
+              labels,
+              "--slots",
+              std::to_string(flags.slots_per_node),
+              "--work-dir",
+              dir,
+              "--node-token-file",
+              node_token_path,
+              "--keep-logs",
+              std::to_string(static_cast<int64_t>(flags.retain_days * 24 * 3600 * 1000)) + "ms"},
+             dir + "/agent.out",
+             agent_env}));
     KILN_RETURN_IF_ERROR(state->put_setting(key, std::to_string(pid)));
     log.info("started a local agent", {{"node", name}, {"pid", pid}, {"labels", labels}});
     pids.push_back(pid);
@@ -332,7 +354,11 @@ int run_serve(ServeFlags flags, const GlobalOptions& globals) {
 
   raise_fd_limit(flags.connections_max);
   obs::MetricsRegistry registry;
-  ServeMetrics metrics(&registry, coordinator->get(), state->get());
+  sched::LifecycleOptions lifecycle_options;
+  lifecycle_options.keep_finished_ms = static_cast<int64_t>(flags.retain_days * 24 * 3600 * 1000);
+  lifecycle_options.keep_checkpoints = flags.retain_checkpoints;
+  sched::Lifecycle lifecycle(lifecycle_options, state->get(), &system_clock(), log);
+  ServeMetrics metrics(&registry, coordinator->get(), state->get(), &lifecycle);
   obs::HttpServerOptions http;
   http.bind_address = flags.bind;
   http.port = flags.port;
@@ -350,6 +376,7 @@ int run_serve(ServeFlags flags, const GlobalOptions& globals) {
   api.node_token = auth->node_token;
   api.preflight = &gate;
   api.log = log;
+  api.lifecycle = &lifecycle;
   sched::add_api_routes(&server, api);
   sched::add_ui_routes(&server);
   s = server.start();
@@ -410,11 +437,24 @@ int run_serve(ServeFlags flags, const GlobalOptions& globals) {
       std::this_thread::sleep_for(std::chrono::milliseconds(kTickMs));
     }
   });
+  // The lifecycle walks and deletes directories: on its own thread, never under the
+  // coordinator's lock. Its first pass comes soon after the start (the page's storage figures).
+  std::thread janitor([&] {
+    int64_t next_ms = 2000;
+    while (!stopping.load()) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(200));
+      if ((next_ms -= 200) > 0) continue;
+      next_ms = flags.lifecycle_interval_s * 1000;
+      Result<sched::LifecyclePass> pass = lifecycle.run_once();
+      if (!pass.ok()) log.warn("storage lifecycle", {{"error", pass.status().to_string()}});
+    }
+  });
   int signal_number = 0;
   while (signal_number == 0)
     signal_number = signals.wait(1000);
   stopping = true;
   ticker.join();
+  janitor.join();
   gate.stop();
   // Allocations stay: a coordinator started again finds them by name and follows them.
   if (slurm) slurm->stop();
@@ -510,6 +550,19 @@ Command add_serve_command(CLI::App& parent) {
                   "a node's preflight pass holds this long")
       ->capture_default_str()
       ->check(CLI::Range(int64_t{10}, int64_t{86400 * 30}));
+  app->add_option("--retain-days", flags->retain_days,
+                  "a finished job's checkpoints, curves and rank logs are removed this many days "
+                  "after it ended (0: kept)")
+      ->capture_default_str()
+      ->check(CLI::Range(0.0, 365.0));
+  app->add_option("--retain-checkpoints", flags->retain_checkpoints,
+                  "a finished job keeps its newest K checkpoints until then (0: all)")
+      ->capture_default_str()
+      ->check(CLI::Range(0, 1000));
+  app->add_option("--lifecycle-interval-s", flags->lifecycle_interval_s,
+                  "how often finished jobs' storage is looked at and measured")
+      ->capture_default_str()
+      ->check(CLI::Range(int64_t{1}, int64_t{86400}));
   // Preflight's health thresholds, per cluster: a node below one is cordoned by the gate.
   flags->health_flags = add_health_flags(app, &flags->health);
   app->add_flag("--json", flags->json, "print the serving line as JSON");

@@ -19,7 +19,8 @@ const sched::Caller kEveryone{"metrics", "", true};
 // Jobs, nodes, queue and goodput, read from the coordinator when Prometheus scrapes.
 class StateCollector final : public prometheus::Collectable {
  public:
-  explicit StateCollector(sched::Coordinator* c) : c_(c) {}
+  StateCollector(sched::Coordinator* c, const sched::Lifecycle* lifecycle)
+      : c_(c), lifecycle_(lifecycle) {}
 
   std::vector<prometheus::MetricFamily> Collect() const override {
     sched::Coordinator::Figures f = c_->figures();
@@ -57,6 +58,20 @@ class StateCollector final : public prometheus::Collectable {
           "kiln_cluster_ettr_ratio",
           "Productive step time over wall time since each job first ran, all unfinished jobs",
           prometheus::MetricType::Gauge, cluster.ettr));
+    }
+    if (lifecycle_ != nullptr) {
+      prometheus::MetricFamily storage{
+          "kiln_team_checkpoint_bytes",
+          "Bytes of checkpoints each team's jobs hold (measured by the storage lifecycle)",
+          prometheus::MetricType::Gauge,
+          {}};
+      for (const auto& [team, bytes] : lifecycle_->checkpoint_bytes_by_team()) {
+        prometheus::ClientMetric m;
+        m.label = {prometheus::ClientMetric::Label{"team", team}};
+        m.gauge.value = static_cast<double>(bytes);
+        storage.metric.push_back(m);
+      }
+      out.push_back(std::move(storage));
     }
     out.push_back(obs::single_sample_family(
         "kiln_nodes_idle", "Ready nodes that run nothing (idle capacity)",
@@ -161,6 +176,7 @@ class StateCollector final : public prometheus::Collectable {
   }
 
   sched::Coordinator* c_;
+  const sched::Lifecycle* lifecycle_;
 };
 
 }  // namespace
@@ -197,7 +213,7 @@ void ServeMetrics::count_events() {
 }
 
 ServeMetrics::ServeMetrics(obs::MetricsRegistry* registry, sched::Coordinator* coordinator,
-                           sched::StateStore* store)
+                           sched::StateStore* store, const sched::Lifecycle* lifecycle)
     : group_(registry), coordinator_(coordinator), store_(store) {
   const auto buckets = obs::exponential_buckets(0.05, 2, 14);  // 50 ms .. ~7 min
   submit_to_running_ = &group_.add_histogram("kiln_job_submit_to_running_seconds",
@@ -210,7 +226,8 @@ ServeMetrics::ServeMetrics(obs::MetricsRegistry* registry, sched::Coordinator* c
     restarts_[cause] = &group_.add_counter("kiln_job_faults_total", "Faults that stopped a job",
                                            {{"cause", cause}});
   }
-  if (registry != nullptr) registry->add_collectable(std::make_shared<StateCollector>(coordinator));
+  if (registry != nullptr)
+    registry->add_collectable(std::make_shared<StateCollector>(coordinator, lifecycle));
 }
 
 void ServeMetrics::sample() {

@@ -14,6 +14,7 @@
 
 #include <kiln/obs/metrics.h>
 #include <kiln/sched/coordinator.h>
+#include <kiln/sched/lifecycle.h>
 
 namespace kiln::cli {
 
@@ -22,7 +23,7 @@ class ServeMetrics {
   // `store` (may be null: no event counters) is read for the events written since the last
   // sample().
   ServeMetrics(obs::MetricsRegistry* registry, sched::Coordinator* coordinator,
-               sched::StateStore* store);
+               sched::StateStore* store, const sched::Lifecycle* lifecycle = nullptr);
   // Moves the coordinator's new samples into the histograms and counters.
   void sample();
 

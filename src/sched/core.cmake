@@ -12,6 +12,7 @@ kiln_library(NAME sched
     coordinator/error_signature.cc
     coordinator/gate.cc
     coordinator/job_detail.cc
+    coordinator/lifecycle.cc
     coordinator/node_preflight.cc
     coordinator/preflight_gate.cc
     coordinator/queue_config.cc
@@ -23,7 +24,8 @@ kiln_library(NAME sched
     slurm/command.cc
     slurm/slurm_executor.cc
     slurm/slurm_parse.cc
-  PUBLIC_DEPS kiln_sched_policy kiln_sched_state kiln_sched_exec kiln_preflight kiln_obs kiln_launch
+  PUBLIC_DEPS kiln_sched_policy kiln_sched_state kiln_sched_exec kiln_preflight kiln_ckpt kiln_obs
+              kiln_launch
               kiln_base nlohmann_json::nlohmann_json
   PRIVATE_DEPS kiln_ui fmt::fmt OpenSSL::Crypto)
 
@@ -34,6 +36,7 @@ kiln_tests(NAME sched
     coordinator/auth_test.cc
     coordinator/coordinator_test.cc
     coordinator/error_signature_test.cc
+    coordinator/lifecycle_test.cc
     coordinator/external_test.cc
     coordinator/queue_config_test.cc
     core/states_test.cc

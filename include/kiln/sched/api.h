@@ -16,8 +16,9 @@
 //                                         {"job", "count", "stored", "columns": {...}}
 //                                         (step_json.h says which)
 //   GET    /v1/cluster                 -> {"goodput", "ettr", "jobs_by_state", "nodes_by_state",
-//                                          "idle_nodes"} (the caller's team's jobs; an admin's:
-//                                          all)
+//                                          "idle_nodes", "storage_by_team": {team: bytes of
+//                                          checkpoints}} (the caller's team's jobs and storage;
+//                                          an admin's: all)
 //   POST   /v1/jobs/{id}/cancel        -> status
 //   GET    /v1/jobs/{id}/logs?rank=R&offset=O&bytes=N -> {"lines": [...], "next": offset}
 //                                         read from the rank's node agent
@@ -54,6 +55,7 @@
 #include <kiln/obs/metrics.h>
 #include <kiln/sched/auth.h>
 #include <kiln/sched/coordinator.h>
+#include <kiln/sched/lifecycle.h>
 #include <kiln/sched/preflight_gate.h>
 #include <kiln/sched/state_store.h>
 
@@ -78,6 +80,8 @@ struct ApiContext {
   std::string node_token;
   // Runs /v1/preflight's checks (and records them); null: the routes answer 503.
   PreflightGate* preflight = nullptr;
+  // What each team's checkpoints take (GET /v1/cluster's storage_by_team); null: not measured.
+  const Lifecycle* lifecycle = nullptr;
   Logger log;
 };
 

@@ -10,8 +10,10 @@
 #include <cerrno>
 #include <condition_variable>
 #include <csignal>
+#include <filesystem>
 #include <fstream>
 #include <mutex>
+#include <set>
 #include <thread>
 #include <utility>
 
@@ -34,6 +36,7 @@ constexpr int64_t kNsPerMs = 1'000'000;
 constexpr int64_t kRetryMaxMs = 1000;         // between reports while the coordinator is away
 constexpr int64_t kUnassignedGraceMs = 5000;  // a rank nobody assigns any more gets this
 constexpr size_t kLogReadBytesMax = 1 << 20;
+constexpr int64_t kLogSweepMs = 10 * 60 * 1000;  // how often old jobs' logs are looked for
 
 std::string key_of(const std::string& job, int attempt, int rank) {
   return job + "/" + std::to_string(attempt) + "/" + std::to_string(rank);
@@ -291,10 +294,56 @@ struct JoinedAgent::Impl {
     return changed;
   }
 
+  // Removes the directories of jobs this node runs no rank of whose newest file is older than
+  // keep_logs_ms (JoinOptions). Only "j-*" directories: the work directory may hold other things
+  // (the agent's own log).
+  void sweep_logs() {
+    namespace fs = std::filesystem;
+    if (options.keep_logs_ms <= 0) return;
+    std::set<std::string> held;
+    {
+      std::lock_guard<std::mutex> lock(mu);
+      for (const auto& [key, r] : ranks)
+        held.insert(r.assignment.job_id);
+    }
+    const auto cutoff =
+        fs::file_time_type::clock::now() - std::chrono::milliseconds(options.keep_logs_ms);
+    std::error_code ec;
+    for (fs::directory_iterator it(options.work_dir, ec); !ec && it != fs::directory_iterator();
+         it.increment(ec)) {
+      const std::string name = it->path().filename().string();
+      if (name.rfind("j-", 0) != 0 || held.count(name) != 0 || !it->is_directory(ec)) continue;
+      bool recent = false;
+      size_t walked = 0;
+      std::error_code wec;
+      for (fs::recursive_directory_iterator f(it->path(), wec);
+           !wec && f != fs::recursive_directory_iterator() && !recent && ++walked < 100'000;
+           f.increment(wec)) {
+        recent = f->last_write_time(wec) > cutoff;
+      }
+      if (recent || wec) continue;
+      fs::remove_all(it->path(), wec);
+      if (wec) {
+        log.warn("removing an old job's logs",
+                 {{"dir", it->path().string()}, {"error", wec.message()}});
+      } else {
+        log.info("removed an old job's logs", {{"dir", it->path().string()}});
+      }
+    }
+  }
+
   void run() {
     int64_t interval_ms = 500;
     int64_t failures = 0;
+    int64_t swept_mono_ns = 0;
     while (true) {
+      // Every kLogSweepMs, or twice per keep when that is shorter (a test's seconds).
+      const int64_t sweep_ms = std::clamp<int64_t>(options.keep_logs_ms / 2, 1000, kLogSweepMs);
+      if (options.clock->monotonic_ns() - swept_mono_ns > sweep_ms * 1'000'000 ||
+          swept_mono_ns == 0) {
+        sweep_logs();
+        swept_mono_ns = options.clock->monotonic_ns();
+      }
       AgentReport report = build_report();
       // replace: a byte that is not UTF-8 in a rank's text becomes U+FFFD, never an exception.
       Result<obs::HttpResponse> r = client->post(

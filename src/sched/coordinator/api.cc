@@ -205,11 +205,17 @@ class Routes {
     if (auto denied = user(req, &caller)) return *denied;
     const Coordinator::ClusterFigures f = c_.coordinator->cluster_figures(caller);
     auto ratio = [](double v) { return std::isnan(v) ? json(nullptr) : json(v); };
+    json storage = json::object();
+    if (c_.lifecycle != nullptr) {
+      for (const auto& [team, bytes] : c_.lifecycle->checkpoint_bytes_by_team())
+        if (caller.admin || team == caller.team) storage[team] = bytes;
+    }
     return json_answer(200, {{"goodput", ratio(f.goodput)},
                              {"ettr", ratio(f.ettr)},
                              {"jobs_by_state", f.jobs_by_state},
                              {"nodes_by_state", f.nodes_by_state},
-                             {"idle_nodes", f.idle_nodes}});
+                             {"idle_nodes", f.idle_nodes},
+                             {"storage_by_team", storage}});
   }
 
   HttpResponse cancel(const HttpRequest& req) const {

@@ -1,0 +1,76 @@
+// The coordinator's storage lifecycle (`kiln serve --retain-days N --retain-checkpoints K`): what
+// finished jobs leave behind is cleaned on a schedule, and what each team's jobs hold is
+// measured for `kiln status --cluster`, the page and /metrics.
+//
+// Each pass (every interval, on its own thread: it walks and deletes directories, which must
+// never hold up the coordinator's one mutex):
+//   - measures each job's checkpoint directory (spec checkpoint.dir), summed per team;
+//   - prunes a finished job's checkpoints to its newest K (ckpt::apply_retention) once;
+//   - a job finished more than N days ago is cleaned: its checkpoint directory is removed and its
+//     step points deleted, and a "cleaned" event says how many bytes went. Its record and events
+//     stay (they are the history; small).
+// The rank logs live on the nodes: each agent removes its jobs' log directories N days after
+// they were last written (JoinOptions::keep_logs_ms).
+//
+// The checkpoint directories must be visible on the coordinator's host (shared storage, or the
+// embedded cluster); a directory it cannot see is measured as 0 and left alone.
+#ifndef KILN_SCHED_LIFECYCLE_H_
+#define KILN_SCHED_LIFECYCLE_H_
+
+#include <cstdint>
+#include <map>
+#include <mutex>
+#include <set>
+#include <string>
+
+#include <kiln/base/clock.h>
+#include <kiln/base/log.h>
+#include <kiln/base/result.h>
+#include <kiln/sched/state_store.h>
+
+namespace kiln::sched {
+
+struct LifecycleOptions {
+  int64_t keep_finished_ms = 7LL * 24 * 3600 * 1000;  // 0: finished jobs are never cleaned
+  int keep_checkpoints = 2;  // a finished job's newest K checkpoints stay; 0: all stay
+  // A directory walk stops after this many entries (its size is then a lower bound): a
+  // directory of millions of files must not stall a pass.
+  size_t walk_entries_max = 1'000'000;
+};
+
+struct LifecyclePass {
+  int pruned = 0;   // finished jobs whose checkpoints were pruned to the newest K
+  int cleaned = 0;  // finished jobs cleaned
+  int64_t bytes_freed = 0;
+  std::map<std::string, int64_t> checkpoint_bytes_by_team;
+};
+
+class Lifecycle {
+ public:
+  // REQUIRES: store, clock outlive this.
+  Lifecycle(LifecycleOptions options, StateStore* store, const Clock* clock, Logger log);
+
+  // One pass over every job the store lists (the newest kStoreRowsMax). Thread-safe with the
+  // readers below; passes themselves must not overlap (one thread runs them).
+  Result<LifecyclePass> run_once();
+
+  // What the last pass measured (empty before the first).
+  std::map<std::string, int64_t> checkpoint_bytes_by_team() const;
+
+ private:
+  const LifecycleOptions options_;
+  StateStore* store_;
+  const Clock* clock_;
+  Logger log_;
+  std::set<std::string> pruned_;  // jobs pruned by this process (pruning again is harmless)
+  mutable std::mutex mu_;
+  std::map<std::string, int64_t> by_team_;  // guarded by mu_
+};
+
+// The bytes of the regular files under `dir` (not following links), at most `entries_max`
+// entries walked; 0 when it does not exist.
+int64_t directory_bytes(const std::string& dir, size_t entries_max);
+
+}  // namespace kiln::sched
+
+#endif  // KILN_SCHED_LIFECYCLE_H_

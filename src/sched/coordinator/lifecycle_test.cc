@@ -1,0 +1,139 @@
+// Tests of the storage lifecycle (kiln/sched/lifecycle.h): real checkpoints in a temp directory,
+// a real SQLite store, a fake clock.
+#include <kiln/sched/lifecycle.h>
+
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <filesystem>
+#include <string>
+#include <vector>
+
+#include <kiln/ckpt/catalog.h>
+#include <kiln/ckpt/checkpoint.h>
+
+#include "base/testing/temp_path.h"
+#include "ckpt/testing/ckpt_testing.h"
+
+namespace kiln::sched {
+namespace {
+
+constexpr int64_t kDayNs = 24LL * 3600 * 1'000'000'000;
+
+void write_checkpoint(const std::string& dir, int64_t step) {
+  ckpt::CommitSpec spec{dir, step, 1, {}, "{}"};
+  const ckpt::testing::State state(static_cast<int>(step));
+  Result<ckpt::FileRecord> record = ckpt::write_shard({dir, step, 0, 1}, state.refs());
+  ASSERT_TRUE(record.ok()) << record.status().to_string();
+  spec.records.push_back(*record);
+  ASSERT_TRUE(ckpt::commit(spec).ok());
+}
+
+class LifecycleTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = kiln::testing::unique_temp_dir("lifecycle");
+    Result<std::unique_ptr<StateStore>> store = StateStore::open(dir_ + "/state.db", &box_);
+    ASSERT_TRUE(store.ok()) << store.status().to_string();
+    store_ = std::move(store).value();
+  }
+  void TearDown() override {
+    store_.reset();
+    std::filesystem::remove_all(dir_);
+  }
+  // A job of `team` in `state` with its checkpoints at dir_/<name> (steps 1..n).
+  JobRecord job(const std::string& name, const std::string& team, const std::string& state,
+                int checkpoints) {
+    JobRecord j;
+    j.team = team;
+    j.workdir = dir_;
+    j.spec.name = name;
+    j.spec.config = "c.yaml";
+    j.spec.command = {"kiln", "train", "c.yaml"};
+    j.spec.checkpoint_dir = dir_ + "/" + name;
+    j.state = "queued";
+    EventRecord queued;
+    queued.type = "queued";
+    Result<JobRecord> stored = store_->insert_job(j, queued);
+    EXPECT_TRUE(stored.ok());
+    JobRecord out = *stored;
+    out.state = state;
+    if (state != "running") out.finished_ns = clock_.wall_ns();
+    Result<JobRecord> updated = store_->update_job(out, {});
+    EXPECT_TRUE(updated.ok());
+    for (int s = 1; s <= checkpoints; ++s)
+      write_checkpoint(out.spec.checkpoint_dir, s);
+    StepPoint p;
+    p.job_id = updated->id;
+    p.sample.step = 1;
+    EXPECT_TRUE(store_->append_steps({p}, 100).ok());
+    return *updated;
+  }
+
+  SecretBox box_ = SecretBox::from_key_for_test(std::string(kSecretKeyBytes, 'k'));
+  FakeClock clock_{1'000'000'000'000'000'000};
+  std::string dir_;
+  std::unique_ptr<StateStore> store_;
+};
+
+TEST_F(LifecycleTest, MeasuresEachTeamsCheckpointsAndPrunesFinishedJobsToTheNewestK) {
+  const JobRecord running = job("run", "vision", "running", 4);
+  const JobRecord done = job("done", "nlp", "succeeded", 4);
+  LifecycleOptions o;
+  o.keep_checkpoints = 2;
+  Lifecycle lifecycle(o, store_.get(), &clock_, Logger());
+  const int64_t nlp_before = directory_bytes(done.spec.checkpoint_dir, 1000);
+  Result<LifecyclePass> pass = lifecycle.run_once();
+  ASSERT_TRUE(pass.ok()) << pass.status().to_string();
+  EXPECT_EQ(pass->pruned, 1);
+  EXPECT_EQ(pass->cleaned, 0);
+  // The finished job keeps its newest 2 of 4; the running one is not touched (its trainer owns
+  // its retention).
+  EXPECT_EQ(ckpt::list_checkpoints(done.spec.checkpoint_dir)->size(), 2u);
+  EXPECT_EQ(ckpt::list_checkpoints(running.spec.checkpoint_dir)->size(), 4u);
+  const std::map<std::string, int64_t> by_team = lifecycle.checkpoint_bytes_by_team();
+  EXPECT_EQ(by_team.at("vision"), directory_bytes(running.spec.checkpoint_dir, 1000));
+  EXPECT_EQ(by_team.at("nlp"), directory_bytes(done.spec.checkpoint_dir, 1000));
+  EXPECT_GT(by_team.at("nlp"), 0);
+  EXPECT_LT(by_team.at("nlp"), nlp_before);
+  EXPECT_EQ(pass->bytes_freed, nlp_before - by_team.at("nlp"));
+}
+
+TEST_F(LifecycleTest, AJobFinishedLongerThanTheKeepIsCleanedOnce) {
+  const JobRecord old = job("old", "nlp", "failed", 3);
+  LifecycleOptions o;
+  o.keep_finished_ms = 7 * 24 * 3600 * 1000LL;
+  Lifecycle lifecycle(o, store_.get(), &clock_, Logger());
+  ASSERT_EQ(lifecycle.run_once()->cleaned, 0) << "just finished: kept";
+  clock_.advance_ns(8 * kDayNs);
+  Result<LifecyclePass> pass = lifecycle.run_once();
+  ASSERT_TRUE(pass.ok()) << pass.status().to_string();
+  EXPECT_EQ(pass->cleaned, 1);
+  EXPECT_GT(pass->bytes_freed, 0);
+  EXPECT_FALSE(std::filesystem::exists(old.spec.checkpoint_dir));
+  EXPECT_TRUE(store_->steps_for_job(old.id)->empty());
+  Result<std::vector<EventRecord>> cleaned = store_->newest_events(old.id, "cleaned", 10);
+  ASSERT_EQ(cleaned->size(), 1u);
+  EXPECT_EQ((*cleaned)[0].detail["bytes_freed"].get<int64_t>(), pass->bytes_freed);
+  // A second pass, or a restarted coordinator's first, finds the event and does nothing.
+  Lifecycle again(o, store_.get(), &clock_, Logger());
+  EXPECT_EQ(again.run_once()->cleaned, 0);
+  EXPECT_EQ(store_->newest_events(old.id, "cleaned", 10)->size(), 1u);
+  EXPECT_TRUE(store_->get_job(old.id).ok()) << "the record stays: it is the history";
+}
+
+TEST_F(LifecycleTest, ZeroKeepsEverything) {
+  const JobRecord old = job("old", "nlp", "cancelled", 3);
+  LifecycleOptions o;
+  o.keep_finished_ms = 0;
+  o.keep_checkpoints = 0;
+  Lifecycle lifecycle(o, store_.get(), &clock_, Logger());
+  clock_.advance_ns(400 * kDayNs);
+  Result<LifecyclePass> pass = lifecycle.run_once();
+  EXPECT_EQ(pass->cleaned + pass->pruned, 0);
+  EXPECT_EQ(ckpt::list_checkpoints(old.spec.checkpoint_dir)->size(), 3u);
+}
+
+}  // namespace
+}  // namespace kiln::sched
