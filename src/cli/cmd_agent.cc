@@ -43,7 +43,7 @@ struct AgentFlags {
   std::string node_token_file;
   std::string rank_address;
   std::string logs_bind;
-  std::string keep_logs = "168h";
+  std::string keep_logs = "0ms";
 };
 
 Result<std::map<std::string, std::string>> parse_labels(const std::string& text) {
@@ -204,7 +204,7 @@ Command add_agent_command(CLI::App& parent) {
   app->add_option("--work-dir", flags->work_dir, "ranks' logs and flight dumps (absolute path)");
   app->add_option("--keep-logs", flags->keep_logs,
                   "remove a job's logs this long after they were last written, once the node "
-                  "runs none of its ranks (0h: keep them)")
+                  "runs none of its ranks (0ms: keep them)")
       ->capture_default_str();
   app->add_option("--check-dir", flags->check_dirs,
                   "with --join: a directory whose free space preflight checks (checkpoints, "

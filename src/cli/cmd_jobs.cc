@@ -318,10 +318,11 @@ std::vector<Command> add_job_commands(CLI::App& parent) {
     auto cluster = std::make_shared<bool>(false);
     CLI::App* app = parent.add_subcommand(
         "status", "Show one job, every job of your team, or the cluster (--cluster)");
-    app->add_option("job", *id, "job id (default: all)");
+    CLI::Option* job_arg = app->add_option("job", *id, "job id (default: all)");
     app->add_flag("--cluster", *cluster,
                   "the cluster instead: goodput and ETTR, jobs and nodes by state, idle nodes, "
-                  "checkpoint storage per team");
+                  "checkpoint storage per team")
+        ->excludes(job_arg);
     add_client_flags(app, flags.get());
     out.push_back({app, [flags, id, cluster](const GlobalOptions&) {
                      return *cluster ? run_cluster_status(*flags) : run_status(*flags, *id);

@@ -42,6 +42,7 @@ struct RankCursor {
   std::deque<sched::LogRecord> buffered;
   bool drained = false;  // its last read returned nothing new
   bool unreadable = false;
+  bool warned = false;  // its read error was said
 };
 
 bool terminal(const std::string& state) {
@@ -66,6 +67,12 @@ Status read_chunk(obs::HttpClient& http, const LogsOptions& o, int attempt, Rank
   const int64_t next = body.value("next", c->offset);
   c->drained = next == c->offset;
   c->offset = next;
+  if (body.contains("node") && body["node"].is_string()) c->node = body["node"].get<std::string>();
+  if (body.contains("skipped_bytes") && body["skipped_bytes"].is_number_integer() &&
+      body["skipped_bytes"].get<int64_t>() > 0) {
+    std::cerr << "kiln logs: rank " << c->rank << ": " << body["skipped_bytes"].get<int64_t>()
+              << " bytes were rotated away before they could be read\n";
+  }
   if (!body.contains("lines") || !body["lines"].is_array()) return Status();
   for (const json& line : body["lines"]) {
     Result<sched::LogRecord> rec = sched::parse_log_record(line, c->node);
@@ -97,8 +104,13 @@ int run_logs(const ClientFlags& flags, const LogsOptions& o) {
     Result<int64_t> ms = sched::parse_duration_ms(o.since);
     if (ms.ok()) {
       filter.since = format_wall_time_utc(system_clock().wall_ns() - *ms * 1'000'000);
-    } else if (o.since.size() >= 20 && o.since[4] == '-' && o.since[10] == 'T') {
-      filter.since = o.since;
+    } else if (o.since.size() >= 20 && o.since[4] == '-' && o.since[10] == 'T' &&
+               o.since.back() == 'Z') {
+      // The records' form has microseconds: "...T10:00:00Z" is "...T10:00:00.000000Z" (text
+      // order is time order only at one width).
+      filter.since = o.since.find('.') == std::string::npos
+                         ? o.since.substr(0, o.since.size() - 1) + ".000000Z"
+                         : o.since;
     } else {
       return report_error("logs",
                           Status::invalid_argument("--since '" + o.since +
@@ -110,10 +122,22 @@ int run_logs(const ClientFlags& flags, const LogsOptions& o) {
   Result<json> st = call(c.http->get("/v1/jobs/" + o.job), 200, "logs", &code);
   if (!st.ok()) return code;
   const int attempt = o.attempt >= 0 ? o.attempt : st->value("attempt", 0);
-  // The ranks and their nodes: the current attempt's from its status; an earlier attempt's
-  // ranks are as many (a shrunk restart has fewer, whose missing ranks answer 404, said once).
+  // The ranks and their nodes: the current attempt's from its status, an earlier one's from the
+  // event that placed it (a shrunk restart has fewer nodes than the attempt before it).
   std::vector<RankCursor> cursors;
-  const json& nodes = (*st)["nodes"];
+  json nodes = (*st)["nodes"];
+  if (attempt != st->value("attempt", 0)) {
+    Result<json> events =
+        call(c.http->get("/v1/jobs/" + o.job + "/events?limit=10000"), 200, "logs", &code);
+    if (!events.ok()) return code;
+    nodes = json::array();
+    for (const json& e : (*events)["events"]) {
+      if (e.value("type", "") == "placed" && e.value("attempt", -1) == attempt &&
+          e.contains("nodes") && e["nodes"].is_array()) {
+        nodes = e["nodes"];
+      }
+    }
+  }
   const int per_node =
       std::max(1, st->contains("spec") ? (*st)["spec"].value("ranks_per_node", 1) : 1);
   const int world = nodes.is_array() ? static_cast<int>(nodes.size()) * per_node : 0;
@@ -143,13 +167,23 @@ int run_logs(const ClientFlags& flags, const LogsOptions& o) {
       if (cur.unreadable || cur.drained || !cur.buffered.empty()) continue;
       Status s = read_chunk(*c.http, o, attempt, &cur);
       if (!s.ok()) {
-        std::cerr << "kiln logs: rank " << cur.rank << " on " << cur.node << ": " << s.message()
-                  << "\n";
+        // Said once; following, it is tried again each round (a rank not started yet).
+        if (!cur.warned) {
+          std::cerr << "kiln logs: rank " << cur.rank << " on " << cur.node << ": " << s.message()
+                    << "\n";
+          cur.warned = true;
+        }
         cur.unreadable = true;
         continue;
       }
       any_new = any_new || !cur.buffered.empty();
     }
+    // A rank read but with nothing parsable yet, and more to come: its next read may hold
+    // earlier records than the others' buffers, so nothing is printed until it is read again.
+    const bool waiting = std::any_of(cursors.begin(), cursors.end(), [](const RankCursor& cur) {
+      return !cur.unreadable && !cur.drained && cur.buffered.empty();
+    });
+    if (waiting) continue;
     std::string horizon;
     bool bounded = false;
     for (const RankCursor& cur : cursors) {
@@ -182,9 +216,10 @@ int run_logs(const ClientFlags& flags, const LogsOptions& o) {
       return cur.unreadable || (cur.drained && cur.buffered.empty());
     });
     if (!all_drained || any_new) continue;
-    // Not one log could be read (a rank not started yet has none): that is a failure.
-    if (std::all_of(cursors.begin(), cursors.end(),
-                    [](const RankCursor& cur) { return cur.unreadable; })) {
+    // Not one log could be read (a rank not started yet has none): that is a failure, unless
+    // following, which waits for them.
+    if (!o.follow && std::all_of(cursors.begin(), cursors.end(),
+                                 [](const RankCursor& cur) { return cur.unreadable; })) {
       return kExitFailure;
     }
     if (!o.follow) return kExitOk;
@@ -195,8 +230,10 @@ int run_logs(const ClientFlags& flags, const LogsOptions& o) {
       return kExitOk;
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(kFollowPollMs));
-    for (RankCursor& cur : cursors)
+    for (RankCursor& cur : cursors) {
       cur.drained = false;
+      cur.unreadable = false;
+    }
   }
 }
 

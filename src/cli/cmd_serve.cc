@@ -83,8 +83,9 @@ struct ServeFlags {
   preflight::HealthThresholds health;  // preflight's health thresholds (--health-*)
   HealthFlags health_flags;
   // The storage lifecycle (kiln/sched/lifecycle.h).
-  double retain_days = 7;
-  int retain_checkpoints = 2;
+  // Off by default: deleting what jobs left is the operator's decision, never an upgrade's.
+  double retain_days = 0;
+  int retain_checkpoints = 0;
   int64_t lifecycle_interval_s = 60;
 };
 

@@ -90,4 +90,32 @@ Frame frame_request(std::string_view buffer, size_t header_bytes_max, size_t bod
   return frame;
 }
 
+void prefer_gzip(std::string* request) {
+  constexpr std::string_view kGzipLine = "Accept-Encoding: gzip";
+  size_t head_end = request->find(kHeadEnd);
+  if (head_end == std::string::npos) return;
+  // Header lines start after a CRLF; the request line (first) is never one.
+  size_t line = request->find("\r\n");
+  while (line != std::string::npos && line < head_end) {
+    const size_t start = line + 2;
+    const size_t end = request->find("\r\n", start);
+    if (end == std::string::npos || end > head_end) break;
+    const std::string_view text(request->data() + start, end - start);
+    const size_t colon = text.find(':');
+    if (text != kGzipLine && colon != std::string_view::npos &&
+        iequals(trim(text.substr(0, colon)), "accept-encoding")) {
+      std::string value(trim(text.substr(colon + 1)));
+      for (char& c : value)
+        if (c >= 'A' && c <= 'Z') c = static_cast<char>(c - 'A' + 'a');
+      const std::string replacement =
+          value.find("gzip") != std::string::npos ? "\r\n" + std::string(kGzipLine) : "";
+      request->replace(line, end - line, replacement);
+      head_end = head_end - (end - line) + replacement.size();
+      line += replacement.size();
+      continue;
+    }
+    line = end;
+  }
+}
+
 }  // namespace kiln::obs

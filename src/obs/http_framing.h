@@ -15,6 +15,7 @@
 #define KILN_OBS_HTTP_FRAMING_H_
 
 #include <cstddef>
+#include <string>
 #include <string_view>
 
 namespace kiln::obs {
@@ -38,6 +39,12 @@ struct Frame {
 
 // Frames the request at the start of `buffer`. Pure; any input is safe.
 Frame frame_request(std::string_view buffer, size_t header_bytes_max, size_t body_bytes_max);
+
+// Rewrites the Accept-Encoding headers in the head of `request` (a complete request as framed):
+// one that accepts gzip becomes "gzip", any other is dropped (identity). cpp-httplib, as Debian
+// builds it, answers a client that offers brotli with brotli at its slowest quality (11): about
+// 1.2 s of CPU for a 1 MB list of jobs where gzip takes 50 ms (bench/ui/run). Any input is safe.
+void prefer_gzip(std::string* request);
 
 }  // namespace kiln::obs
 

@@ -9,6 +9,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <string>
 #include <string_view>
 
 #include "obs/http_framing.h"
@@ -33,6 +34,14 @@ void check(std::string_view bytes, size_t head_max, size_t body_max) {
   const Frame cut = frame_request(bytes.substr(0, f.head_bytes + f.body_bytes), head_max, body_max);
   KILN_CHECK(cut.kind == FrameKind::kComplete && cut.head_bytes == f.head_bytes &&
              cut.body_bytes == f.body_bytes && cut.body_too_large == f.body_too_large);
+  // The worker rewrites Accept-Encoding in a framed request: the body must come out unchanged,
+  // the head still a head, and a second rewrite must change nothing.
+  std::string request(bytes.substr(0, f.head_bytes + f.body_bytes));
+  kiln::obs::prefer_gzip(&request);
+  KILN_CHECK(request.ends_with(bytes.substr(f.head_bytes, f.body_bytes)));
+  const std::string once = request;
+  kiln::obs::prefer_gzip(&request);
+  KILN_CHECK(request == once);
 }
 
 }  // namespace

@@ -58,5 +58,24 @@ TEST(HttpFramingTest, ABodyOverTheLimitHandsOnTheHeadAlone) {
   EXPECT_EQ(f.body_bytes, 0u);
 }
 
+TEST(HttpFramingTest, BrotliIsNeverOfferedOnGzipIs) {
+  std::string chromium =
+      "GET /v1/jobs HTTP/1.1\r\nHost: x\r\naccept-encoding: gzip, deflate, br, zstd\r\n"
+      "Accept: */*\r\n\r\n";
+  prefer_gzip(&chromium);
+  EXPECT_EQ(chromium,
+            "GET /v1/jobs HTTP/1.1\r\nHost: x\r\nAccept-Encoding: gzip\r\nAccept: */*\r\n\r\n");
+  std::string br_only = "GET / HTTP/1.1\r\nAccept-Encoding: br\r\nAccept-Encoding: br\r\n\r\nbody";
+  prefer_gzip(&br_only);
+  EXPECT_EQ(br_only, "GET / HTTP/1.1\r\n\r\nbody");
+  std::string plain = "GET / HTTP/1.1\r\nHost: x\r\n\r\nAccept-Encoding: br";  // in the body
+  const std::string before = plain;
+  prefer_gzip(&plain);
+  EXPECT_EQ(plain, before);
+  std::string cut = "GET / HTTP/1.1\r\nAccept-Encoding: br";  // no end of head: untouched
+  prefer_gzip(&cut);
+  EXPECT_EQ(cut, "GET / HTTP/1.1\r\nAccept-Encoding: br");
+}
+
 }  // namespace
 }  // namespace kiln::obs

@@ -643,6 +643,7 @@ void HttpServer::Impl::worker() {
       job = std::move(jobs.front());
       jobs.pop_front();
     }
+    prefer_gzip(&job.request);
     MemoryStream stream(std::move(job.request), job.peer_ip, job.peer_port, job.local_ip,
                         job.local_port, job.fd);
     const bool keep_alive = processor.process(stream, job.close_connection);

@@ -17,7 +17,7 @@
 
 (() => {
   const REFRESH_MS = 5000;
-  const STEPS_MAX = 4000;         // the server thins longer runs down to this many rows
+  const STEPS_MAX = 4096;         // the most a job keeps: every stored point comes
   const EVENTS_KEPT = 5000;       // a page open for weeks must not grow without bound
   const EVENTS_PAGE = 1000;
   const EVENTS_PAGES_MAX = 20;    // per refresh; a longer backlog arrives over later ticks

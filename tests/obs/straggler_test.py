@@ -83,7 +83,8 @@ class StragglerTest(unittest.TestCase):
                 z = {m.group(1): float(m.group(2)) for m in re.finditer(
                     r'^kiln_rank_straggler_z\{job_id="' + job + r'",rank="(\d+)"\} (\S+)$',
                     http_get(cluster.url + "/metrics")[1], re.M)}
-                self.assertGreater(z["1"], 3.5, z)
+                # Flagged above 3.5, it stays one down to 2.5 (hysteresis).
+                self.assertGreater(z["1"], 2.5, z)
                 self.assertLess(max(abs(z["0"]), abs(z["2"])), 3.5, z)
             finally:
                 done.set()

@@ -42,14 +42,18 @@ def api(cluster, path):
         return json.loads(r.read())
 
 
-def browser():
+def browser(profile):
     options = webdriver.ChromeOptions()
     options.binary_location = "/usr/bin/chromium"
+    options.add_argument("--user-data-dir=" + profile)  # the test's: removed with its tmp
     for arg in ("--headless=new", "--no-sandbox", "--disable-gpu", "--window-size=1280,1400",
                 "--disable-dev-shm-usage"):
         options.add_argument(arg)
     options.set_capability("goog:loggingPrefs", {"browser": "ALL"})
-    driver = webdriver.Chrome(service=Service("/usr/bin/chromedriver"), options=options)
+    # Chromium's own temporary files (its singleton sockets) go under the profile too.
+    os.makedirs(profile, exist_ok=True)
+    service = Service("/usr/bin/chromedriver", env=dict(os.environ, TMPDIR=profile))
+    driver = webdriver.Chrome(service=service, options=options)
     driver.set_page_load_timeout(30)
     driver.set_script_timeout(30)
     return driver
@@ -85,7 +89,7 @@ class PageTest(unittest.TestCase):
             # Enough steps for curves, and a checkpoint to restart from.
             wait_until(lambda: api(cluster, f"/v1/jobs/{job}/steps")["count"] >= 25, 180,
                        "25 step points of the job")
-            driver = browser()
+            driver = browser(os.path.join(tmp, "chromium"))
             try:
                 # The page holds no data until a token is given; a wrong one is refused.
                 driver.get(cluster.url + "/ui")

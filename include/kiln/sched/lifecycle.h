@@ -6,9 +6,18 @@
 // never hold up the coordinator's one mutex):
 //   - measures each job's checkpoint directory (spec checkpoint.dir), summed per team;
 //   - prunes a finished job's checkpoints to its newest K (ckpt::apply_retention) once;
-//   - a job finished more than N days ago is cleaned: its checkpoint directory is removed and its
-//     step points deleted, and a "cleaned" event says how many bytes went. Its record and events
+//   - a job finished more than N days ago is cleaned: its checkpoints are removed and its step
+//     points deleted, and a "cleaned" event says how many bytes went. Its record and events
 //     stay (they are the history; small).
+// What is removed is narrow: only what the checkpoint catalog calls a checkpoint (the step_*
+// directories) and then the directory if that left it empty; and never a directory that is too
+// close to the root, holds the job's working directory, or is shared with another job not yet
+// cleaned (resubmitting a spec to continue a run from its checkpoints shares it): those are
+// left in place and said once in the log.
+// Both policies are off unless asked for (`kiln serve` defaults: keep everything): deleting is
+// the operator's decision, never an upgrade's.
+// Known limits: the pass lists the newest kStoreRowsMax jobs (older ones are neither measured
+// nor cleaned); "N days" is read on the wall clock, so a clock set far forward cleans early.
 // The rank logs live on the nodes: each agent removes its jobs' log directories N days after
 // they were last written (JoinOptions::keep_logs_ms).
 //
@@ -31,8 +40,8 @@
 namespace kiln::sched {
 
 struct LifecycleOptions {
-  int64_t keep_finished_ms = 7LL * 24 * 3600 * 1000;  // 0: finished jobs are never cleaned
-  int keep_checkpoints = 2;  // a finished job's newest K checkpoints stay; 0: all stay
+  int64_t keep_finished_ms = 0;  // clean finished jobs this long after they end; 0: never
+  int keep_checkpoints = 0;      // a finished job's newest K checkpoints stay; 0: all stay
   // A directory walk stops after this many entries (its size is then a lower bound): a
   // directory of millions of files must not stall a pass.
   size_t walk_entries_max = 1'000'000;
@@ -58,11 +67,18 @@ class Lifecycle {
   std::map<std::string, int64_t> checkpoint_bytes_by_team() const;
 
  private:
+  std::string unsafe_dir(const JobRecord& job, const std::string& dir,
+                         const std::multimap<std::string, std::string>& users) const;
+  Status remove_checkpoints(const std::string& dir, int64_t* freed);
+
   const LifecycleOptions options_;
   StateStore* store_;
   const Clock* clock_;
   Logger log_;
-  std::set<std::string> pruned_;  // jobs pruned by this process (pruning again is harmless)
+  // Only the pass thread touches these.
+  std::set<std::string> pruned_;   // jobs pruned by this process (pruning again is harmless)
+  std::set<std::string> cleaned_;  // jobs known cleaned (their event seen or written)
+  std::set<std::string> warned_;   // jobs whose directory was unsafe to clean, said once
   mutable std::mutex mu_;
   std::map<std::string, int64_t> by_team_;  // guarded by mu_
 };

@@ -39,7 +39,7 @@ struct JoinOptions {
   std::string work_dir;  // created if absent
   // A job's directory under work_dir (its ranks' logs and flight dumps) is removed this long
   // after anything in it was last written, once the node runs none of its ranks; 0: never.
-  int64_t keep_logs_ms = 7LL * 24 * 3600 * 1000;
+  int64_t keep_logs_ms = 0;
   // Directories whose free space preflight's health check reads (checkpoints, data), besides
   // work_dir (facts' `disks`).
   std::vector<std::string> check_dirs;

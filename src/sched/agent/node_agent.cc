@@ -37,6 +37,7 @@ constexpr int64_t kRetryMaxMs = 1000;         // between reports while the coord
 constexpr int64_t kUnassignedGraceMs = 5000;  // a rank nobody assigns any more gets this
 constexpr size_t kLogReadBytesMax = 1 << 20;
 constexpr int64_t kLogSweepMs = 10 * 60 * 1000;  // how often old jobs' logs are looked for
+constexpr size_t kLogSweepEntriesMax = 20'000;   // entries one sweep may look at
 
 std::string key_of(const std::string& job, int attempt, int rank) {
   return job + "/" + std::to_string(attempt) + "/" + std::to_string(rank);
@@ -309,19 +310,23 @@ struct JoinedAgent::Impl {
     const auto cutoff =
         fs::file_time_type::clock::now() - std::chrono::milliseconds(options.keep_logs_ms);
     std::error_code ec;
-    for (fs::directory_iterator it(options.work_dir, ec); !ec && it != fs::directory_iterator();
-         it.increment(ec)) {
+    size_t walked = 0;  // over the whole sweep: it runs on the report loop's thread
+    for (fs::directory_iterator it(options.work_dir, ec);
+         !ec && it != fs::directory_iterator() && walked < kLogSweepEntriesMax; it.increment(ec)) {
       const std::string name = it->path().filename().string();
       if (name.rfind("j-", 0) != 0 || held.count(name) != 0 || !it->is_directory(ec)) continue;
       bool recent = false;
-      size_t walked = 0;
+      bool whole = true;  // the walk saw every entry (else the job is left for the next sweep)
       std::error_code wec;
       for (fs::recursive_directory_iterator f(it->path(), wec);
-           !wec && f != fs::recursive_directory_iterator() && !recent && ++walked < 100'000;
-           f.increment(wec)) {
+           !wec && f != fs::recursive_directory_iterator() && !recent; f.increment(wec)) {
+        if (++walked >= kLogSweepEntriesMax) {
+          whole = false;
+          break;
+        }
         recent = f->last_write_time(wec) > cutoff;
       }
-      if (recent || wec) continue;
+      if (recent || wec || !whole) continue;
       fs::remove_all(it->path(), wec);
       if (wec) {
         log.warn("removing an old job's logs",
@@ -336,11 +341,14 @@ struct JoinedAgent::Impl {
     int64_t interval_ms = 500;
     int64_t failures = 0;
     int64_t swept_mono_ns = 0;
+    bool answered = false;  // an answer was applied: `ranks` is the coordinator's intent
     while (true) {
       // Every kLogSweepMs, or twice per keep when that is shorter (a test's seconds).
       const int64_t sweep_ms = std::clamp<int64_t>(options.keep_logs_ms / 2, 1000, kLogSweepMs);
-      if (options.clock->monotonic_ns() - swept_mono_ns > sweep_ms * 1'000'000 ||
-          swept_mono_ns == 0) {
+      // Only once the coordinator's answer says which jobs this node runs: a restarted agent
+      // does not know its surviving ranks before that.
+      if (answered && (options.clock->monotonic_ns() - swept_mono_ns > sweep_ms * 1'000'000 ||
+                       swept_mono_ns == 0)) {
         sweep_logs();
         swept_mono_ns = options.clock->monotonic_ns();
       }
@@ -360,6 +368,7 @@ struct JoinedAgent::Impl {
           interval_ms = answer->heartbeat_interval_ms;
           // Ranks just started (or let go) are reported at once, not a heartbeat later.
           wait_ms = apply(*answer) ? 0 : interval_ms;
+          answered = true;
         } else {
           log.error("bad answer from the coordinator", {{"error", answer.status().to_string()}});
         }

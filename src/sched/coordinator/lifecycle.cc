@@ -2,6 +2,8 @@
 #include <kiln/sched/lifecycle.h>
 
 #include <filesystem>
+#include <iterator>
+#include <map>
 #include <system_error>
 #include <utility>
 #include <vector>
@@ -38,29 +40,83 @@ std::map<std::string, int64_t> Lifecycle::checkpoint_bytes_by_team() const {
   return by_team_;
 }
 
+namespace {
+
+// The directory as one path (no ".", "..", or symlinked parents), for comparing jobs' dirs.
+std::string canonical_dir(const std::string& dir) {
+  std::error_code ec;
+  const std::filesystem::path p = std::filesystem::weakly_canonical(dir, ec);
+  return ec ? dir : p.lexically_normal().string();
+}
+
+// Whether `inner` is `outer` or lies under it.
+bool within(const std::string& inner, const std::string& outer) {
+  if (inner == outer) return true;
+  const std::string prefix = outer.back() == '/' ? outer : outer + "/";
+  return inner.compare(0, prefix.size(), prefix) == 0;
+}
+
+}  // namespace
+
+// Why a job's checkpoint directory must not be pruned or removed; empty when it may. The
+// directory is the user's text: it may be "/", the job's working directory, or shared with
+// another job that resumes from it (resubmitting the same spec is how a run is continued).
+std::string Lifecycle::unsafe_dir(const JobRecord& job, const std::string& dir,
+                                  const std::multimap<std::string, std::string>& users) const {
+  // "/" and "/data" are nobody's checkpoint directory alone: "/data/run" is the least.
+  const std::filesystem::path p(dir);
+  if (!p.is_absolute() || std::distance(p.begin(), p.end()) < 3) return "too close to the root";
+  const std::string workdir = canonical_dir(job.workdir);
+  if (!job.workdir.empty() && within(workdir, dir)) return "it holds the job's working directory";
+  for (const auto& [other_dir, other_job] : users) {
+    if (other_job == job.id) continue;
+    if (within(other_dir, dir) || within(dir, other_dir))
+      return "job " + other_job + " uses it too";
+  }
+  return "";
+}
+
 Result<LifecyclePass> Lifecycle::run_once() {
   KILN_ASSIGN_OR_RETURN(std::vector<JobRecord> jobs, store_->list_jobs(""));
   LifecyclePass pass;
   const int64_t now = clock_->wall_ns();
+  // Every job's directory that still holds something of its own: a job cleaned already has
+  // given its directory up.
+  std::multimap<std::string, std::string> users;
   for (const JobRecord& job : jobs) {
-    const std::string& dir = job.spec.checkpoint_dir;
+    if (job.spec.checkpoint_dir.empty() || cleaned_.count(job.id) != 0) continue;
+    users.emplace(canonical_dir(job.spec.checkpoint_dir), job.id);
+  }
+  for (const JobRecord& job : jobs) {
+    const std::string dir =
+        job.spec.checkpoint_dir.empty() ? "" : canonical_dir(job.spec.checkpoint_dir);
     const bool finished =
         job.state == "succeeded" || job.state == "failed" || job.state == "cancelled";
     if (finished && options_.keep_finished_ms > 0 && job.finished_ns != 0 &&
         now - job.finished_ns > options_.keep_finished_ms * 1'000'000) {
+      if (cleaned_.count(job.id) != 0) continue;
       // Cleaned once: a restarted coordinator finds the event and leaves the job be.
       KILN_ASSIGN_OR_RETURN(std::vector<EventRecord> done,
                             store_->newest_events(job.id, "cleaned", 1));
-      if (!done.empty()) continue;
+      if (!done.empty()) {
+        cleaned_.insert(job.id);
+        continue;
+      }
       int64_t freed = 0;
       if (!dir.empty()) {
-        freed = directory_bytes(dir, options_.walk_entries_max);
-        std::error_code ec;
-        std::filesystem::remove_all(dir, ec);
-        if (ec) {
-          log_.warn("removing a finished job's checkpoints",
-                    {{"job", job.id}, {"dir", dir}, {"error", ec.message()}});
-          continue;  // tried again next pass; nothing is recorded as done
+        const std::string unsafe = unsafe_dir(job, dir, users);
+        if (!unsafe.empty()) {
+          if (warned_.insert(job.id).second) {
+            log_.warn("a finished job's checkpoints are left in place",
+                      {{"job", job.id}, {"dir", dir}, {"why", unsafe}});
+          }
+        } else {
+          Status removed = remove_checkpoints(dir, &freed);
+          if (!removed.ok()) {
+            log_.warn("removing a finished job's checkpoints",
+                      {{"job", job.id}, {"error", removed.to_string()}});
+            continue;  // tried again next pass; nothing is recorded as done
+          }
         }
       }
       KILN_RETURN_IF_ERROR(store_->delete_steps(job.id));
@@ -75,12 +131,14 @@ Result<LifecyclePass> Lifecycle::run_once() {
                               std::to_string(options_.keep_finished_ms / 3'600'000) + " h ago"}};
       KILN_RETURN_IF_ERROR(store_->append_events({e}));
       log_.info("finished job cleaned", {{"job", job.id}, {"bytes_freed", freed}});
+      cleaned_.insert(job.id);
       ++pass.cleaned;
       pass.bytes_freed += freed;
       continue;
     }
     if (dir.empty()) continue;
-    if (finished && options_.keep_checkpoints > 0 && pruned_.insert(job.id).second) {
+    if (finished && options_.keep_checkpoints > 0 && pruned_.insert(job.id).second &&
+        unsafe_dir(job, dir, users).empty()) {
       std::error_code ec;
       if (std::filesystem::is_directory(dir, ec)) {
         const int64_t before = directory_bytes(dir, options_.walk_entries_max);
@@ -95,11 +153,31 @@ Result<LifecyclePass> Lifecycle::run_once() {
         }
       }
     }
-    pass.checkpoint_bytes_by_team[job.team] += directory_bytes(dir, options_.walk_entries_max);
+    // A directory two jobs share is counted once, for the first.
+    if (users.find(dir) != users.end() && users.find(dir)->second == job.id) {
+      pass.checkpoint_bytes_by_team[job.team] += directory_bytes(dir, options_.walk_entries_max);
+    }
   }
   std::lock_guard<std::mutex> lock(mu_);
   by_team_ = pass.checkpoint_bytes_by_team;
   return pass;
+}
+
+// Removes what the checkpoint catalog calls a checkpoint (the step_* directories, complete or
+// not) and nothing else, then the directory itself if that left it empty: a file a user put
+// beside the checkpoints stays.
+Status Lifecycle::remove_checkpoints(const std::string& dir, int64_t* freed) {
+  std::error_code ec;
+  if (!std::filesystem::exists(dir, ec)) return Status();
+  Result<std::vector<ckpt::CheckpointInfo>> steps = ckpt::list_checkpoints(dir);
+  if (!steps.ok()) return steps.status();
+  for (const ckpt::CheckpointInfo& info : *steps) {
+    *freed += directory_bytes(info.path, options_.walk_entries_max);
+    std::filesystem::remove_all(info.path, ec);
+    if (ec) return Status::io_error(info.path + ": " + ec.message());
+  }
+  std::filesystem::remove(dir, ec);  // fails, harmlessly, when something else is there
+  return Status();
 }
 
 }  // namespace kiln::sched

@@ -2,6 +2,7 @@
 #include <algorithm>
 #include <set>
 #include <utility>
+#include <vector>
 
 #include <kiln/launch/rank_env.h>
 
@@ -45,8 +46,14 @@ std::vector<std::string> rank_command(const CoordinatorOptions& options, const J
 // a failing program may well print its environment (state_store.h: no TEXT column holds a
 // secret).
 std::string redact_secrets(std::string text, const JobSpec& spec) {
-  for (const EnvVar& var : spec.env) {
-    if (!var.secret || var.value.empty()) continue;
+  // Longest first: a secret that is part of another must not leave the rest of that one.
+  std::vector<const EnvVar*> secrets;
+  for (const EnvVar& var : spec.env)
+    if (var.secret && !var.value.empty()) secrets.push_back(&var);
+  std::sort(secrets.begin(), secrets.end(),
+            [](const EnvVar* a, const EnvVar* b) { return a->value.size() > b->value.size(); });
+  for (const EnvVar* secret : secrets) {
+    const EnvVar& var = *secret;
     const std::string mark = "[secret " + var.name + "]";
     for (size_t at = text.find(var.value); at != std::string::npos;
          at = text.find(var.value, at + mark.size())) {
