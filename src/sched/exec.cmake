@@ -7,6 +7,7 @@ kiln_library(NAME sched_exec
     exec/rank_log.cc
     exec/flight_culprit.cc
     exec/log_merge.cc
+    exec/oom_kill.cc
   PUBLIC_DEPS kiln_base nlohmann_json::nlohmann_json
   PRIVATE_DEPS fmt::fmt)
 
@@ -17,4 +18,5 @@ kiln_tests(NAME sched_exec
     exec/rank_log_test.cc
     exec/flight_culprit_test.cc
     exec/log_merge_test.cc
+    exec/oom_kill_test.cc
   DEPS kiln_sched_exec kiln_comm)

@@ -1,7 +1,8 @@
 """Error signatures (issue 16): what a job's failures came down to, one line each, in `kiln status
 JOB` (and the page, which reads the same API): a rank killed with SIGKILL, a loss made NaN by
-the trainer's fault-drill flag, and a checkpoint directory on a full disk (a 1 MiB tmpfs). Each
-runs a real job on the embedded cluster to its failure.
+the trainer's fault-drill flag, a checkpoint directory on a full disk (a 1 MiB tmpfs), and a
+rank the kernel's OOM killer kills in a memory cgroup of 100 MiB. Each runs a real job on the
+embedded cluster to its failure.
 """
 import os
 import signal
@@ -73,6 +74,34 @@ class SignaturesTest(unittest.TestCase):
         self.assertEqual((sig["rank"], sig["step"]), (0, 4))
         self.assertIn("the loss is not finite at step 4", sig["text"])
         self.assertIn("training loss is nan", sig["text"])
+
+    def test_a_rank_the_oom_killer_killed_is_named_out_of_memory(self):
+        # The rank puts itself in a memory cgroup of 100 MiB and allocates 400 MiB: the kernel's
+        # OOM killer kills it (recipe: cgroup v1 here, v2 elsewhere).
+        name = f"kiln-oom-{os.getpid()}"
+        script = os.path.join(self.tmp.name, "oom.sh")
+        with open(script, "w") as f:
+            f.write(f"""set -e
+if [ "$(stat -fc %T /sys/fs/cgroup)" = cgroup2fs ]; then
+  cg=/sys/fs/cgroup/{name}; mkdir -p $cg; echo 104857600 > $cg/memory.max
+else
+  cg=/sys/fs/cgroup/memory$(awk -F: '$2=="memory"{{print $3}}' /proc/self/cgroup)/{name}
+  mkdir -p $cg; echo 104857600 > $cg/memory.limit_in_bytes
+fi
+echo $cg > {self.tmp.name}/oom.cgroup
+echo $$ > $cg/cgroup.procs
+exec python3 -c "x = bytearray(400 << 20)"
+""")
+        job = self.run_job("oom", f"name: oom\ncommand: [sh, {script}]\nnodes: 1\nmax_restarts: 0\n")
+        try:
+            sig = self.failed_with(job, "oom")
+            self.assertEqual(sig["rank"], 0)
+            self.assertIn("killed by the kernel's OOM killer (signal 9 (SIGKILL))", sig["text"])
+        finally:
+            cgroup_file = os.path.join(self.tmp.name, "oom.cgroup")
+            if os.path.exists(cgroup_file):
+                with open(cgroup_file) as f:
+                    os.rmdir(f.read().strip())  # empty once its one process is gone
 
     def test_a_full_checkpoint_disk_is_named(self):
         disk = os.path.join(self.tmp.name, "full")

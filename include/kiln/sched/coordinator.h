@@ -135,6 +135,7 @@ struct RankReport {
   int culprit_rank = -1;     // from the attempt's flight-recorder dumps on this node, -1: none
   std::string start_error;   // the agent could not start it
   std::string last_error;    // its last stderr line (at most kLastStderrBytes), when it ended
+  bool oom_killed = false;   // killed by the kernel's OOM killer (oom_kill.h)
 };
 
 struct AgentReport {

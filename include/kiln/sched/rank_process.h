@@ -112,6 +112,8 @@ struct RankExitInfo {
   // The last line it wrote to stderr, cut to kLastStderrBytes: a failing program's own account
   // of why (what the coordinator's error signatures read). Empty when it wrote none.
   std::string last_stderr;
+  // Killed by SIGKILL from the kernel's OOM killer (the kernel log says so: oom_kill.h).
+  bool oom_killed = false;
 
   // "rank 1 (pid 42) exited with code 3", "rank 1 (pid 42) was killed by signal 9 (SIGKILL)",
   // with " after a stop request" when stopped_by_agent and " (stopped, resumable)" for

@@ -179,6 +179,7 @@ struct JoinedAgent::Impl {
         rr.ended_age_ms = (now - r.exit_mono_ns) / kNsPerMs;
         rr.culprit_rank = r.culprit_rank;
         rr.last_error = r.exit->last_stderr;
+        rr.oom_killed = r.exit->oom_killed;
       } else {
         rr.running = true;
         rr.proc_state = proc_state(r.pid);

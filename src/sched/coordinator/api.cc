@@ -492,7 +492,8 @@ json to_json(const AgentReport& report) {
                      {"ended_age_ms", r.ended_age_ms},
                      {"culprit_rank", r.culprit_rank},
                      {"start_error", r.start_error},
-                     {"last_error", r.last_error}});
+                     {"last_error", r.last_error},
+                     {"oom_killed", r.oom_killed}});
   }
   return {{"node", report.node},
           {"labels", report.labels},
@@ -562,6 +563,7 @@ Result<AgentReport> agent_report_from_json(const json& j) {
       // Cut on a character: a split one would make the fault event unwritable (its JSON).
       rr.start_error = utf8_text(field_or<std::string>(r, "start_error", ""), 4096);
       rr.last_error = utf8_text(field_or<std::string>(r, "last_error", ""), kLastStderrBytes);
+      rr.oom_killed = field_or<bool>(r, "oom_killed", false);
       out.ranks.push_back(std::move(rr));
     }
   }

@@ -90,9 +90,13 @@ std::optional<ErrorSignature> error_signature(const EventRecord& event) {
     const int signal = get_or<int>(d, "signal", 0);
     const int reporter = get_or<int>(d, "reporter", sig.rank);
     const std::string kind = kind_of_error(error);
-    sig.kind = kind == "oom" ? "oom" : "signal";
-    sig.text = (reporter == sig.rank ? who : "rank " + std::to_string(reporter)) + " killed by " +
-               signal_name(signal) + at + (sig.kind == "oom" ? said : "");
+    // The kernel's log named the OOM killer (the agent read it), or the program said so.
+    const bool oom = get_or<bool>(d, "oom", false);
+    sig.kind = oom || kind == "oom" ? "oom" : "signal";
+    sig.text = (reporter == sig.rank ? who : "rank " + std::to_string(reporter)) +
+               (oom ? " killed by the kernel's OOM killer (" + signal_name(signal) + ")"
+                    : " killed by " + signal_name(signal)) +
+               at + (kind == "oom" ? said : "");
     if (reporter != sig.rank) sig.text += "; " + get_or<std::string>(d, "blamed_by", who);
   } else {
     const int reporter = get_or<int>(d, "reporter", sig.rank);

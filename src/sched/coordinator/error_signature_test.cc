@@ -32,6 +32,19 @@ TEST(ErrorSignature, AKilledRankIsNamedWithItsNodeSignalAndStep) {
   EXPECT_EQ(sig->step, 120);
 }
 
+TEST(ErrorSignature, AnOomKillTheKernelLoggedIsOutOfMemory) {
+  auto sig = error_signature(fault({{"cause", "rank_exit"},
+                                    {"rank", 0},
+                                    {"node", "n0"},
+                                    {"step", 12},
+                                    {"signal", 9},
+                                    {"reporter", 0},
+                                    {"oom", true}}));
+  EXPECT_EQ(sig->kind, "oom");
+  EXPECT_EQ(sig->text,
+            "rank 0 on n0 killed by the kernel's OOM killer (signal 9 (SIGKILL)) at step 12");
+}
+
 TEST(ErrorSignature, AProgramsOwnLastWordsClassifyItsExit) {
   auto nan = error_signature(fault({{"cause", "rank_exit"},
                                     {"rank", 0},

@@ -184,6 +184,7 @@ Status Coordinator::Impl::fault_from_exit(JobRecord* job, JobRuntime& rt, const 
   // own last words.
   nlohmann::json extra = {{"reporter", r.rank}};
   extra[r.exited ? "exit_code" : "signal"] = r.code;
+  if (r.oom_killed) extra["oom"] = true;
   if (!r.last_error.empty()) extra["error"] = redact_secrets(r.last_error, job->spec);
   if (culprit != r.rank) extra["blamed_by"] = why;
   return fault(job, r.start_error.empty() ? FaultCause::kRankExit : FaultCause::kStartFailed,

@@ -13,6 +13,7 @@
 // use to wake it. It handles a batch of events under `mu`, then calls on_exit with no lock held.
 #include <kiln/base/json.h>
 #include <kiln/base/unique_fd.h>
+#include <kiln/sched/oom_kill.h>
 #include <kiln/sched/rank_log.h>
 #include <kiln/sched/rank_process.h>
 
@@ -416,8 +417,9 @@ struct RankState {
   int64_t kill_at_ns = INT64_MAX;  // SIGKILL the group then (with stop_requested)
   bool killed = false;             // the grace ran out and the group got SIGKILL
   bool reaped = false;
-  RankExitInfo exit;        // valid when reaped
-  std::string last_stderr;  // RankExitInfo::last_stderr, as it goes
+  RankExitInfo exit;             // valid when reaped
+  std::string last_stderr;       // RankExitInfo::last_stderr, as it goes
+  uint64_t started_kmsg_us = 0;  // its start on the kernel log's clock (oom_kill.h)
 };
 
 }  // namespace
@@ -433,6 +435,7 @@ std::string RankExitInfo::describe() const {
     const char* name = sigabbrev_np(code);
     s += " was killed by signal " + std::to_string(code) + " (SIG" +
          (name != nullptr ? name : "?") + ")";
+    if (oom_killed) s += " from the kernel's OOM killer (out of memory)";
   }
   if (stopped_by_agent) s += " after a stop request";
   return s;
@@ -654,6 +657,10 @@ void RankSupervisor::Impl::drain_and_reap(RankState* r, std::vector<RankExitInfo
   } else {
     e.exited = info.si_code == CLD_EXITED;
     e.code = info.si_status;
+    // A SIGKILL Kiln did not send: the kernel's log says whether its OOM killer did.
+    if (!e.exited && e.code == SIGKILL && !r->killed) {
+      e.oom_killed = oom_killed(r->pid, r->started_kmsg_us);
+    }
   }
   r->reaped = true;
   if (r->pidfd.valid()) {
@@ -902,6 +909,7 @@ Result<pid_t> RankSupervisor::start(const std::string& key, RankSpawn spawn) {
   r->pid = pid;
   r->pidfd = std::move(pidfd);
   r->started_ns = started_ns;
+  r->started_kmsg_us = kmsg_clock_us();
   r->log = std::move(*log);
   for (int i = 0; i < streams; ++i) {
     UniqueFd& fd = read_ends[static_cast<size_t>(i)];
