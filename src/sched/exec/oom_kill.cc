@@ -28,7 +28,9 @@ bool kmsg_names_oom_kill(std::string_view record, pid_t pid, uint64_t since_us) 
   if (ec != std::errc() || usec < since_us) return false;
   const std::string_view text = record.substr(semi + 1);
   const std::string needle = "Killed process " + std::to_string(pid) + " ";
-  return text.find("out of memory") != std::string_view::npos &&
+  // "Out of memory: Killed process" (the whole machine) or "Memory cgroup out of memory: ...".
+  return (text.find("Out of memory") != std::string_view::npos ||
+          text.find("out of memory") != std::string_view::npos) &&
          text.find(needle) != std::string_view::npos;
 }
 
