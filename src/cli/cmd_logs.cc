@@ -207,6 +207,8 @@ int run_logs(const ClientFlags& flags, const LogsOptions& o) {
                           {"stream", rec.stream}, {"level", rec.level}, {"line", rec.line}}
                          .dump()
                   << "\n";
+      } else if (o.rank >= 0) {
+        std::cout << rec.line << "\n";  // one rank: its lines as it wrote them (pipes rely on it)
       } else {
         std::cout << sched::format_log_record(rec) << "\n";
       }

@@ -1,7 +1,8 @@
 // `kiln logs JOB [--rank R] [--attempt A] [--level L] [--grep RE] [--since T] [--follow]`: what
 // a job's ranks wrote, read from their node agents through the coordinator. Without --rank,
-// every rank of the attempt merged in time order, each line with its rank and node
-// (kiln/sched/log_merge.h).
+// every rank of the attempt merged in time order, each line with its time, rank and node
+// (kiln/sched/log_merge.h); with --rank, that rank's lines as it wrote them. --json: records
+// with ts, rank, node, stream, level and line either way.
 #ifndef KILN_CLI_CMD_LOGS_H_
 #define KILN_CLI_CMD_LOGS_H_
 

@@ -54,9 +54,13 @@ class LogsTest(unittest.TestCase):
             recent = cluster.kiln_json("logs", job, "--since", "1h")
             self.assertEqual(len(recent), len(records))
 
-            text = cluster.kiln("logs", job, "--rank", "1").stdout.splitlines()
-            self.assertTrue(text)
-            self.assertTrue(all(f" rank 1 {nodes[1]} " in line for line in text), text[:3])
+            # Merged, each line says when, which rank and where; one rank's are its own lines.
+            text = cluster.kiln("logs", job).stdout.splitlines()
+            self.assertEqual(len(text), len(records))
+            self.assertTrue(all(f" rank {r['rank']} {r['node']} " in line
+                                for line, r in zip(text, records)), text[:3])
+            one = cluster.kiln("logs", job, "--rank", "1").stdout.splitlines()
+            self.assertEqual(one, [r["line"] for r in records if r["rank"] == 1])
 
             bad = cluster.kiln("logs", job, "--level", "loud")
             self.assertEqual(bad.returncode, 2, bad.stderr)
