@@ -273,7 +273,7 @@ struct JobStatus {
   std::string waiting_kind;  // WaitInfo::kind: quota, capacity, reserved, behind, preempting, ..
   int queue_position = 0;    // 1-based among the waiting jobs of its queue; 0: not waiting
   double goodput = 0;        // productive step time / wall time since admission
-  // Filled by Coordinator::job() (one job), not by jobs() (the list stays light):
+  // Filled by Coordinator::job_detail() only (the list and the other callers stay light):
   std::vector<RankStatus> ranks;           // the current attempt's, while it has processes
   std::vector<ErrorSignature> signatures;  // oldest first, at most kSignaturesMax
 };
@@ -298,6 +298,9 @@ class Coordinator {
   // Validates against the cluster (nodes > cluster size is kInvalidArgument), stores and queues.
   Result<JobRecord> submit(const Caller& caller, JobSpec spec, const std::string& workdir);
   Result<JobStatus> job(const Caller& caller, const std::string& id);
+  // job() with its ranks and error signatures (one more read of the store): what `kiln status
+  // JOB` and the page show; the other callers (logs, cancel) need only the record.
+  Result<JobStatus> job_detail(const Caller& caller, const std::string& id);
   Result<std::vector<JobStatus>> jobs(const Caller& caller);
   Result<std::vector<EventRecord>> events(const Caller& caller, const std::string& id,
                                           int64_t after_seq, size_t limit);

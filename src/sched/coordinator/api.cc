@@ -166,7 +166,7 @@ class Routes {
   HttpResponse status(const HttpRequest& req) const {
     Caller caller;
     if (auto denied = user(req, &caller)) return *denied;
-    Result<JobStatus> s = c_.coordinator->job(caller, req.path_params.at("id"));
+    Result<JobStatus> s = c_.coordinator->job_detail(caller, req.path_params.at("id"));
     if (!s.ok()) return error_answer(http_status_of(s.status()), s.status().message());
     return json_answer(200, job_detail_json(*s));
   }

@@ -239,8 +239,14 @@ Result<JobStatus> Coordinator::job(const Caller& caller, const std::string& id) 
   // Another team's job is reported as absent: its existence is not theirs to learn.
   if (!s.visible_to(caller, out.record)) return Status::not_found("no job " + id);
   out.goodput = s.goodput_of(out.record);
-  out.ranks = s.rank_statuses(out.record);
-  out.signatures = s.signatures_of(id);
+  return out;
+}
+
+Result<JobStatus> Coordinator::job_detail(const Caller& caller, const std::string& id) {
+  KILN_ASSIGN_OR_RETURN(JobStatus out, job(caller, id));
+  std::lock_guard<std::mutex> lock(impl_->mu);
+  out.ranks = impl_->rank_statuses(out.record);
+  out.signatures = impl_->signatures_of(id);
   return out;
 }
 

@@ -1,5 +1,5 @@
-// What one job's status adds to the list's (Coordinator::job): its ranks, its error signatures;
-// and its step points for the curves (Coordinator::steps).
+// What one job's status adds to the list's (Coordinator::job_detail): its ranks, its error
+// signatures; and its step points for the curves (Coordinator::steps).
 #include <algorithm>
 #include <map>
 #include <set>
