@@ -157,6 +157,13 @@ TEST(TrialJudgementTest, WithoutTheLocksTrialTheMajorityDecides) {
   EXPECT_EQ(j.nodes[1].node, "n3");
   EXPECT_EQ(j.nodes[1].path, "trial.tokens_per_s");
   EXPECT_EQ(j.nodes[1].expected, ">= 0.5 x 1000 (n1)");
+  // The lock's tolerances still hold: an operator who widened the throughput floor for a
+  // shared host widened it for every computation.
+  TrialExpectation wide = e;
+  wide.tokens_per_s_fraction = 0.1;
+  j = judge_trials({ran("n1", 10.0, 1000), ran("n2", 10.00001, 900), ran("n3", 10.0, 300)}, kSpec,
+                   &wide);
+  EXPECT_TRUE(j.nodes.empty()) << j.nodes.size();
   // Two that disagree: no majority, the job's finding.
   j = judge_trials({ran("n1", 10.0, 1000), ran("n2", 11.0, 1000)}, kSpec, nullptr);
   EXPECT_TRUE(j.nodes.empty());

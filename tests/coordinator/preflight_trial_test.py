@@ -174,7 +174,7 @@ class TrialRunTest(unittest.TestCase):
         off = [f for f in findings if f["node"] == "a3" and f["check"] == "trial"]
         self.assertEqual([(f["path"], f["against"]) for f in off],
                          [("trial.loss", "trial majority")], trial)
-        self.assertEqual(verdicts["a1"]["verdict"], "pass")
+        self.assertEqual(verdicts["a1"]["verdict"], "pass", findings)
 
         # A config no node has: the job's finding; no node is cordoned for it.
         r, findings, trial, verdicts, last = self.preflight(

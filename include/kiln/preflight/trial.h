@@ -85,7 +85,8 @@ struct TrialJudgement {
 //   trial.loss          a loss not within loss_rtol of the lock's, or of the loss most nodes
 //                       agree on; not finite
 //   trial.tokens_per_s  below tokens_per_s_fraction of the lock's, or of the fastest node's
-// With no majority, or when every node fails the same way, the finding is the job's.
+// With no majority, or when every node fails the same way, the finding is the job's. The
+// tolerances are `expected`'s whenever it is given, whatever its signature.
 TrialJudgement judge_trials(const std::vector<TrialResult>& results, const TrialSpec& spec,
                             const TrialExpectation* expected);
 
