@@ -32,6 +32,7 @@ struct OpsBenchOptions {
   int iters = 20;
   int warmup = 3;
   std::string isa;  // empty: KILN_OPS_ISA or the best this CPU runs
+  std::string dtype = "f32";
   bool json = false;
 };
 
@@ -45,6 +46,7 @@ int run_ops_bench_command(const OpsBenchOptions& o) {
   spec.backward = o.pass == "fwdbwd";
   spec.iters = o.iters;
   spec.warmup = o.warmup;
+  spec.dtype = o.dtype == "bf16" ? ops::DType::kBF16 : ops::DType::kF32;
 
   Result<std::unique_ptr<ThreadPool>> pool = ThreadPool::create(o.threads);
   if (!pool.ok()) return report_error("ops-bench", pool.status().with_context("--threads"));
@@ -67,6 +69,7 @@ int run_ops_bench_command(const OpsBenchOptions& o) {
     out["pass"] = o.pass;
     out["threads"] = o.threads;
     out["isa"] = cpu_isa_name(ctx->isa);
+    out["dtype"] = o.dtype;
     out["iters"] = o.iters;
     out["ms"] = result->ms;
     out["flops"] = result->flops;
@@ -75,9 +78,9 @@ int run_ops_bench_command(const OpsBenchOptions& o) {
     out["gbps"] = gbps;
     std::cout << out.dump() << "\n";
   } else {
-    std::printf("%s %s%s %s threads=%d isa=%s: %.3f ms (median of %d)", o.op.c_str(),
-                o.shape.c_str(), o.causal ? " causal" : "", o.pass.c_str(), o.threads,
-                std::string(cpu_isa_name(ctx->isa)).c_str(), result->ms, o.iters);
+    std::printf("%s %s%s %s %s threads=%d isa=%s: %.3f ms (median of %d)", o.op.c_str(),
+                o.shape.c_str(), o.causal ? " causal" : "", o.pass.c_str(), o.dtype.c_str(),
+                o.threads, std::string(cpu_isa_name(ctx->isa)).c_str(), result->ms, o.iters);
     if (result->flops > 0) std::printf(", %.1f GFLOP/s", gflops);
     if (result->bytes > 0) std::printf(", %.1f GB/s", gbps);
     std::printf("\n");
@@ -99,6 +102,9 @@ Command add_ops_bench_command(CLI::App& parent) {
                   "N=2048,C=768 (layernorm), N= (gelu, adamw), N=,V= (cross_entropy)")
       ->required();
   app->add_flag("--causal", o->causal, "causal attention");
+  app->add_option("--dtype", o->dtype, "the inputs' dtype: f32, or bf16 (matmul, attention)")
+      ->check(CLI::IsMember({"f32", "bf16"}))
+      ->capture_default_str();
   app->add_option("--pass", o->pass, "fwd or fwdbwd (forward + backward)")
       ->check(CLI::IsMember({"fwd", "fwdbwd"}))
       ->capture_default_str();

@@ -16,11 +16,8 @@ void sgemm_single_threaded(GemmLibrary library, bool trans_a, bool trans_b, int6
     // Debian's oneDNN runs on OpenMP: called from a thread that is not in an OpenMP team, it
     // would start a team of as many threads as CPUs under every one of kiln_ops' tasks. One
     // thread per calling thread, set once per thread (the setting is the calling thread's own).
-    thread_local bool single = false;
-    if (!single) {
-      omp_set_num_threads(1);
-      single = true;
-    }
+    // (A bf16 GEMM, gemm_bf16.cc, may have set another team size on this thread since.)
+    if (omp_get_max_threads() != 1) omp_set_num_threads(1);
     const dnnl_status_t status = dnnl_sgemm(trans_a ? 'T' : 'N', trans_b ? 'T' : 'N', m, n, k, 1.0f,
                                             a, lda, b, ldb, beta, c, ldc);
     // The callers validated every shape and stride, so a refusal is a bug here, not bad input.

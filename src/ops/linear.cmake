@@ -3,4 +3,4 @@
 list(APPEND KILN_OPS_SOURCES matmul.cc attention.cc)
 kiln_ops_kernels(matmul)
 kiln_ops_kernels(attention)
-list(APPEND KILN_OPS_TESTS matmul_test.cc attention_test.cc)
+list(APPEND KILN_OPS_TESTS matmul_test.cc matmul_bf16_test.cc attention_test.cc)

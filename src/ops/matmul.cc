@@ -1,10 +1,12 @@
 // See include/kiln/ops/matmul.h.
 //
-// Every GEMM is split over the Context's pool, each task calling the Context's GEMM library
-// (OpenBLAS or oneDNN, kiln/ops/gemm_library.h) single-threaded on a block of output rows (or
-// columns, when there are too few rows): one set of compute threads per process, and each
-// element of the output is computed by one call with the whole reduction dimension, so the
-// result does not depend on the thread count.
+// Every GEMM is split over the Context's pool, each task calling a GEMM library single-threaded
+// on a block of output rows (or columns, when there are too few rows): one set of compute
+// threads per process, and each element of the output is computed by one call with the whole
+// reduction dimension. f32 inputs go to the Context's library (OpenBLAS or oneDNN,
+// kiln/ops/gemm_library.h) in one block per thread; bf16 inputs to oneDNN's bf16 matmul
+// (gemm_bf16.h) in fixed blocks of kBf16Block, since its order of sums depends on the block's
+// shape. Either way the result does not depend on the thread count.
 #include <kiln/ops/matmul.h>
 
 #include <algorithm>
@@ -14,6 +16,7 @@
 
 #include "ops/cpu/kernels_linear.h"
 #include "ops/dispatch.h"
+#include "ops/gemm_bf16.h"
 #include "ops/gemm_call.h"
 #include "ops/parallel.h"
 #include "ops/validate.h"
@@ -23,16 +26,22 @@ namespace {
 
 // Fewer rows than this per task and a split costs more than it saves.
 constexpr int64_t kMinRowsPerTask = 32;
+// bf16 GEMMs are cut into blocks of this many rows (or columns) whatever the thread count:
+// oneDNN's bf16 kernels order the sums over a long reduction by the block's shape, so blocks
+// that depended on the thread count would make the result depend on it.
+constexpr int64_t kBf16Block = 128;
 
-// One row-major GEMM: C (m x n) = alpha * op(A) @ op(B) + beta * C, where op(A) is m x k
-// (A stored k x m when trans_a) and op(B) is k x n (B stored n x k when trans_b).
+// One row-major GEMM: C (m x n) = op(A) @ op(B) + beta * C, where op(A) is m x k (A stored
+// k x m when trans_a) and op(B) is k x n (B stored n x k when trans_b). A and B are `in` (f32
+// through the Context's library, bf16 through oneDNN's matmul), C is f32.
 struct Gemm {
   bool trans_a = false;
   bool trans_b = false;
   int64_t m = 0, n = 0, k = 0;
-  const float* a = nullptr;
+  DType in = DType::kF32;
+  const void* a = nullptr;
   int64_t lda = 0;
-  const float* b = nullptr;
+  const void* b = nullptr;
   int64_t ldb = 0;
   float beta = 0;
   float* c = nullptr;
@@ -42,16 +51,39 @@ struct Gemm {
 
 void run_block(const Gemm& g, int64_t m0, int64_t m1, int64_t n0, int64_t n1) {
   if (m1 <= m0 || n1 <= n0) return;
-  const float* a = g.trans_a ? g.a + m0 : g.a + m0 * g.lda;
-  const float* b = g.trans_b ? g.b + n0 * g.ldb : g.b + n0;
-  sgemm_single_threaded(g.library, g.trans_a, g.trans_b, m1 - m0, n1 - n0, g.k, a, g.lda, b, g.ldb,
-                        g.beta, g.c + m0 * g.ldc + n0, g.ldc);
+  const int64_t a_offset = g.trans_a ? m0 : m0 * g.lda;
+  const int64_t b_offset = g.trans_b ? n0 * g.ldb : n0;
+  float* c = g.c + m0 * g.ldc + n0;
+  sgemm_single_threaded(g.library, g.trans_a, g.trans_b, m1 - m0, n1 - n0, g.k,
+                        static_cast<const float*>(g.a) + a_offset, g.lda,
+                        static_cast<const float*>(g.b) + b_offset, g.ldb, g.beta, c, g.ldc);
 }
 
 // Splits the GEMM into one block per thread, by rows when there are enough of them, else by
 // columns; block edges are multiples of 16 (whole cache lines of C).
+// A bf16 GEMM in blocks of kBf16Block rows of C (of columns when C has fewer rows than that and
+// is wider than tall), each a single-threaded oneDNN call on kiln_ops' pool; with a `bias`,
+// oneDNN adds its slice.
+void run_bf16_gemm(const Gemm& g, const float* bias, const Context& ctx) {
+  const bool by_rows = g.m >= kBf16Block || g.m >= g.n;
+  const int64_t extent = by_rows ? g.m : g.n;
+  const int64_t tasks = (extent + kBf16Block - 1) / kBf16Block;
+  run_parallel(ctx, tasks, [&](int64_t task, int) {
+    const int64_t lo = task * kBf16Block;
+    const int64_t hi = std::min(extent, lo + kBf16Block);
+    const int64_t m0 = by_rows ? lo : 0, m1 = by_rows ? hi : g.m;
+    const int64_t n0 = by_rows ? 0 : lo, n1 = by_rows ? g.n : hi;
+    const auto* a = static_cast<const uint16_t*>(g.a) + (g.trans_a ? m0 : m0 * g.lda);
+    const auto* b = static_cast<const uint16_t*>(g.b) + (g.trans_b ? n0 * g.ldb : n0);
+    bgemm_single_threaded(g.trans_a, g.trans_b, m1 - m0, n1 - n0, g.k, a, g.lda, b, g.ldb,
+                          bias == nullptr ? nullptr : bias + n0, g.beta, g.c + m0 * g.ldc + n0,
+                          g.ldc);
+  });
+}
+
 void run_gemm(const Gemm& g, const Context& ctx) {
   if (g.m == 0 || g.n == 0) return;
+  if (g.in == DType::kBF16) return run_bf16_gemm(g, nullptr, ctx);
   const int threads = ctx.threads();
   const bool by_rows = g.m >= threads * kMinRowsPerTask || g.m >= g.n;
   const int64_t extent = by_rows ? g.m : g.n;
@@ -69,11 +101,11 @@ void run_gemm(const Gemm& g, const Context& ctx) {
   });
 }
 
-// The checks shared by forward and backward: f32, 2-d, unit inner stride, and the sizes that
-// must agree. OpenBLAS takes int dimensions and leading dimensions.
+// The checks shared by forward and backward: the dtype, 2-d, unit inner stride, and the sizes
+// that must agree. OpenBLAS takes int dimensions and leading dimensions.
 Status check_matrix(const char* op, const char* name, const TensorView& t, int64_t rows,
-                    int64_t cols) {
-  KILN_RETURN_IF_ERROR(expect_shape(op, name, t, DType::kF32, {rows, cols}));
+                    int64_t cols, DType dtype = DType::kF32) {
+  KILN_RETURN_IF_ERROR(expect_shape(op, name, t, dtype, {rows, cols}));
   KILN_RETURN_IF_ERROR(expect_unit_inner_stride(op, name, t));
   if (t.stride[0] < t.shape[1] || t.stride[0] > INT32_MAX || t.shape[0] > INT32_MAX) {
     return Status::invalid_argument(std::string(op) + ": " + name + " (" + t.describe() +
@@ -82,7 +114,31 @@ Status check_matrix(const char* op, const char* name, const TensorView& t, int64
   return Status();
 }
 
+// The inputs' dtype: x's, which w (and dy) must share; bf16 needs oneDNN's bf16 matmul here.
+Result<DType> input_dtype(const char* op, const TensorView& x) {
+  if (x.dtype != DType::kF32 && x.dtype != DType::kBF16) {
+    return Status::invalid_argument(std::string(op) + ": x (" + x.describe() +
+                                    ") must be f32 or bf16");
+  }
+  if (x.dtype == DType::kBF16) {
+    KILN_RETURN_IF_ERROR(bf16_gemm_available().with_context(op));
+  }
+  return x.dtype;
+}
+
+const void* data_of(const TensorView& t) {
+  return t.data;
+}
+
 }  // namespace
+
+Status bf16_matmul_available() {
+  return bf16_gemm_available();
+}
+
+std::string bf16_matmul_kernel() {
+  return bf16_gemm_kernel();
+}
 
 Status matmul_forward(const MatmulParams& p, const Context& ctx) {
   constexpr const char* kOp = "matmul_forward";
@@ -92,8 +148,9 @@ Status matmul_forward(const MatmulParams& p, const Context& ctx) {
   const int64_t m = p.x.ndim == 2 ? p.x.shape[0] : -1;
   const int64_t k = p.x.ndim == 2 ? p.x.shape[1] : -1;
   const int64_t n = p.w.ndim == 2 ? p.w.shape[0] : -1;
-  KILN_RETURN_IF_ERROR(check_matrix(kOp, "x", p.x, -1, -1));
-  KILN_RETURN_IF_ERROR(check_matrix(kOp, "w", p.w, n, k));
+  KILN_ASSIGN_OR_RETURN(const DType in, input_dtype(kOp, p.x));
+  KILN_RETURN_IF_ERROR(check_matrix(kOp, "x", p.x, -1, -1, in));
+  KILN_RETURN_IF_ERROR(check_matrix(kOp, "w", p.w, n, k, in));
   KILN_RETURN_IF_ERROR(check_matrix(kOp, "y", p.y, m, n));
   if (p.bias.present()) {
     KILN_RETURN_IF_ERROR(expect_shape(kOp, "bias", p.bias, DType::kF32, {n}));
@@ -115,14 +172,19 @@ Status matmul_forward(const MatmulParams& p, const Context& ctx) {
   g.library = ctx.gemm;
   g.trans_b = true;
   g.m = m, g.n = n, g.k = k;
-  g.a = p.x.f32_ptr(), g.lda = p.x.stride[0];
-  g.b = p.w.f32_ptr(), g.ldb = p.w.stride[0];
+  g.in = in;
+  g.a = data_of(p.x), g.lda = p.x.stride[0];
+  g.b = data_of(p.w), g.ldb = p.w.stride[0];
   g.c = y, g.ldc = ldy;
   if (p.bias.present()) {
     // y = bias, then y += x @ w^T: the bias row is copied in the same task that computes the
     // rows, while they are in cache.
-    g.beta = 1.0f;
     const float* bias = p.bias.f32_ptr();
+    if (in == DType::kBF16) {
+      if (m > 0 && n > 0) run_bf16_gemm(g, bias, ctx);
+      return Status();
+    }
+    g.beta = 1.0f;
     const int threads = ctx.threads();
     const int64_t tasks = std::max<int64_t>(1, std::min<int64_t>(threads, m / kMinRowsPerTask));
     const int64_t step = ((m + tasks - 1) / tasks + 15) / 16 * 16;
@@ -148,9 +210,10 @@ Status matmul_backward(const MatmulBackwardParams& p, const Context& ctx) {
   const int64_t m = p.x.ndim == 2 ? p.x.shape[0] : -1;
   const int64_t k = p.x.ndim == 2 ? p.x.shape[1] : -1;
   const int64_t n = p.w.ndim == 2 ? p.w.shape[0] : -1;
-  KILN_RETURN_IF_ERROR(check_matrix(kOp, "x", p.x, -1, -1));
-  KILN_RETURN_IF_ERROR(check_matrix(kOp, "w", p.w, n, k));
-  KILN_RETURN_IF_ERROR(check_matrix(kOp, "dy", p.dy, m, n));
+  KILN_ASSIGN_OR_RETURN(const DType in, input_dtype(kOp, p.x));
+  KILN_RETURN_IF_ERROR(check_matrix(kOp, "x", p.x, -1, -1, in));
+  KILN_RETURN_IF_ERROR(check_matrix(kOp, "w", p.w, n, k, in));
+  KILN_RETURN_IF_ERROR(check_matrix(kOp, "dy", p.dy, m, n, in));
   if (p.dx.present()) KILN_RETURN_IF_ERROR(check_matrix(kOp, "dx", p.dx, m, k));
   if (p.dw.present()) KILN_RETURN_IF_ERROR(check_matrix(kOp, "dw", p.dw, n, k));
   if (p.dbias.present()) {
@@ -161,8 +224,9 @@ Status matmul_backward(const MatmulBackwardParams& p, const Context& ctx) {
     Gemm g;
     g.library = ctx.gemm;
     g.m = m, g.n = k, g.k = n;
-    g.a = p.dy.f32_ptr(), g.lda = p.dy.stride[0];
-    g.b = p.w.f32_ptr(), g.ldb = p.w.stride[0];
+    g.in = in;
+    g.a = data_of(p.dy), g.lda = p.dy.stride[0];
+    g.b = data_of(p.w), g.ldb = p.w.stride[0];
     g.beta = p.accumulate_dx ? 1.0f : 0.0f;
     g.c = p.dx.f32_ptr(), g.ldc = p.dx.stride[0];
     if (n == 0 && !p.accumulate_dx) {
@@ -177,8 +241,9 @@ Status matmul_backward(const MatmulBackwardParams& p, const Context& ctx) {
     g.library = ctx.gemm;
     g.trans_a = true;
     g.m = n, g.n = k, g.k = m;
-    g.a = p.dy.f32_ptr(), g.lda = p.dy.stride[0];
-    g.b = p.x.f32_ptr(), g.ldb = p.x.stride[0];
+    g.in = in;
+    g.a = data_of(p.dy), g.lda = p.dy.stride[0];
+    g.b = data_of(p.x), g.ldb = p.x.stride[0];
     g.beta = 1.0f;
     g.c = p.dw.f32_ptr(), g.ldc = p.dw.stride[0];
     run_gemm(g, ctx);

@@ -11,6 +11,7 @@
 
 #include <algorithm>
 #include <cstdlib>
+#include <cstring>
 #include <functional>
 #include <memory>
 #include <new>
@@ -56,6 +57,7 @@ using Iteration = std::function<Status()>;
 // live in `storage` until the timing is done.
 struct Case {
   std::vector<std::vector<float>> f32;
+  std::vector<std::vector<uint16_t>> bf16;
   std::vector<std::vector<int32_t>> i32;
   Iteration iteration;
 
@@ -63,17 +65,30 @@ struct Case {
     f32.push_back(random_buffer(n, seed, lo, hi));
     return f32.back().data();
   }
+  // A random view of `dtype` with `shape` (numel n): f32, or the bf16 rounding of f32 values.
+  TensorView add_view(DType dtype, int64_t n, uint64_t seed, std::initializer_list<int64_t> shape) {
+    float* values = add(n, seed);
+    if (dtype != DType::kBF16) return TensorView::of(values, DType::kF32, shape);
+    bf16.emplace_back(static_cast<size_t>(n));
+    for (int64_t i = 0; i < n; ++i) {
+      uint32_t bits;
+      std::memcpy(&bits, &values[i], sizeof(bits));
+      bits += 0x7FFFu + ((bits >> 16) & 1u);  // round to nearest even (finite inputs)
+      bf16.back()[static_cast<size_t>(i)] = static_cast<uint16_t>(bits >> 16);
+    }
+    return TensorView::of(bf16.back().data(), DType::kBF16, shape);
+  }
 };
 
 Status build_matmul(const OpsBenchSpec& s, const Context& ctx, Case& c) {
   const int64_t m = s.shape.at("M"), n = s.shape.at("N"), k = s.shape.at("K");
   MatmulParams p;
-  p.x = TensorView::f32(c.add(m * k, 1), {m, k});
-  p.w = TensorView::f32(c.add(n * k, 2), {n, k});
+  p.x = c.add_view(s.dtype, m * k, 1, {m, k});
+  p.w = c.add_view(s.dtype, n * k, 2, {n, k});
   p.bias = TensorView::f32(c.add(n, 3), {n});
   p.y = TensorView::f32(c.add(m * n, 4), {m, n});
   MatmulBackwardParams b;
-  b.dy = TensorView::f32(c.add(m * n, 5), {m, n});
+  b.dy = c.add_view(s.dtype, m * n, 5, {m, n});
   b.x = p.x, b.w = p.w;
   b.dx = TensorView::f32(c.add(m * k, 6), {m, k});
   b.dw = TensorView::f32(c.add(n * k, 7), {n, k});
@@ -293,6 +308,9 @@ Result<OpsBenchResult> run_ops_bench(const OpsBenchSpec& spec, const Context& ct
   }
   if (spec.iters < 1 || spec.warmup < 0) {
     return Status::invalid_argument("ops-bench: iters must be >= 1 and warmup >= 0");
+  }
+  if (spec.dtype != DType::kF32 && spec.op != "matmul") {
+    return Status::invalid_argument("ops-bench: " + spec.op + " takes f32 inputs only");
   }
   KILN_ASSIGN_OR_RETURN(auto counts, ops_bench_counts(spec));
   Case c;

@@ -13,6 +13,7 @@
 
 #include <kiln/base/result.h>
 #include <kiln/ops/context.h>
+#include <kiln/ops/tensor.h>
 
 #include <cstdint>
 #include <map>
@@ -28,6 +29,9 @@ struct OpsBenchSpec {
   bool backward = false;                 // forward + backward ("fwdbwd"); adamw ignores it
   int iters = 20;                        // timed iterations, >= 1
   int warmup = 3;                        // untimed iterations first
+  // The inputs' dtype: kF32, or kBF16 for matmul (x, w and dy in bf16; outputs f32) and for
+  // attention (q, k, v, dout in bf16).
+  DType dtype = DType::kF32;
 };
 
 struct OpsBenchResult {

@@ -78,6 +78,15 @@ inline Vf load_partial(const float* p, size_t n) {
 inline void store_partial(float* p, Vf a, size_t n) {
   _mm512_mask_storeu_ps(p, tail_mask(n), a.v);
 }
+// bf16 to f32 is exact: the bf16 bits are the f32's upper half.
+inline Vf load_bf16(const uint16_t* p) {
+  const __m256i h = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
+  return {_mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16))};
+}
+inline Vf load_bf16_partial(const uint16_t* p, size_t n) {
+  const __m256i h = _mm256_maskz_loadu_epi16(tail_mask(n), p);
+  return {_mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16))};
+}
 inline Vf operator+(Vf a, Vf b) {
   return {_mm512_add_ps(a.v, b.v)};
 }
@@ -157,6 +166,16 @@ inline Vf load_partial(const float* p, size_t n) {
 inline void store_partial(float* p, Vf a, size_t n) {
   _mm256_maskstore_ps(p, tail_mask(n), a.v);
 }
+inline Vf load_bf16(const uint16_t* p) {
+  const __m128i h = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
+  return {_mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16))};
+}
+inline Vf load_bf16_partial(const uint16_t* p, size_t n) {
+  alignas(16) uint16_t tail[8] = {};
+  for (size_t i = 0; i < n; ++i)
+    tail[i] = p[i];
+  return load_bf16(tail);
+}
 inline Vf operator+(Vf a, Vf b) {
   return {_mm256_add_ps(a.v, b.v)};
 }
@@ -225,6 +244,15 @@ inline Vf load_partial(const float* p, size_t n) {
 }
 inline void store_partial(float* p, Vf a, size_t n) {
   if (n > 0) *p = a.v;
+}
+inline Vf load_bf16(const uint16_t* p) {
+  const uint32_t bits = static_cast<uint32_t>(*p) << 16;
+  float f;
+  __builtin_memcpy(&f, &bits, sizeof(f));
+  return {f};
+}
+inline Vf load_bf16_partial(const uint16_t* p, size_t n) {
+  return n > 0 ? load_bf16(p) : zero();
 }
 inline Vf operator+(Vf a, Vf b) {
   return {a.v + b.v};

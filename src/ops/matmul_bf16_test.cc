@@ -1,0 +1,280 @@
+// Matmul with bf16 inputs (kiln/ops/matmul.h, "Precision"), against the double-precision
+// reference twice:
+//   - on the bf16-rounded inputs: a bf16 product is exact in f32 and oneDNN sums in f32, so the
+//     result must be as close as an f32 matmul's (the same kTolerance as matmul_test.cc);
+//   - on the f32 inputs before rounding: bf16 keeps 8 significant bits, so round to nearest
+//     moves each input by at most 2^-8 of itself, each product by at most 2^-7 + 2^-16 of
+//     itself, and each output element by at most that fraction of sum_k |x_k w_k| (plus the f32
+//     sums): the error mixed precision adds, bounded element by element. (The worst seen here
+//     is 0.0064 of the bound's 0.0078, on a 3-term reduction.)
+// Also what callers rely on: the result does not depend on the thread count, mixed inputs are
+// refused naming the operand, and dbias sums a bf16 dy in f32.
+#include <kiln/base/thread_pool.h>
+#include <kiln/ops/convert.h>
+#include <kiln/ops/matmul.h>
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <string>
+#include <vector>
+
+#include "ops/gemm_bf16.h"
+#include "ops/ref/ref.h"
+#include "ops/ref/ref_test_util.h"
+
+namespace kiln::ops {
+namespace {
+
+using ref::testing::max_rel_err;
+using ref::testing::uniform;
+
+constexpr double kTolerance = 1e-4;  // matmul_test.cc's: f32 sums over the reduction
+constexpr double kFloorFraction = 1e-2;
+// The rounding of both inputs, per product (see the top): 2^-7 + 2^-16, and 1e-6 of the
+// magnitude for the f32 sums.
+const double kRoundingBound = std::ldexp(1.0, -7) + std::ldexp(1.0, -16) + 1e-6;
+
+double buffer_err(const std::vector<float>& got, const std::vector<float>& want) {
+  double scale = 0;
+  for (float w : want)
+    scale = std::max(scale, static_cast<double>(std::fabs(w)));
+  return max_rel_err(got, want, std::max(kFloorFraction * scale, 1e-30));
+}
+
+std::vector<uint16_t> to_bf16(const std::vector<float>& v) {
+  std::vector<uint16_t> out(std::max<size_t>(v.size(), 1));
+  KILN_CHECK(ref::convert_f32_to_bf16(
+                 TensorView::f32(const_cast<float*>(v.data()), {static_cast<int64_t>(v.size())}),
+                 TensorView::of(out.data(), DType::kBF16, {static_cast<int64_t>(v.size())}))
+                 .ok());
+  return out;
+}
+std::vector<float> to_f32(const std::vector<uint16_t>& v, size_t n) {
+  std::vector<float> out(std::max<size_t>(n, 1));
+  KILN_CHECK(ref::convert_bf16_to_f32(TensorView::of(const_cast<uint16_t*>(v.data()), DType::kBF16,
+                                                     {static_cast<int64_t>(n)}),
+                                      TensorView::f32(out.data(), {static_cast<int64_t>(n)}))
+                 .ok());
+  out.resize(n);
+  return out;
+}
+
+struct Dims {
+  int64_t m, n, k;
+};
+
+// One forward and backward: bf16 x, w, dy; f32 outputs that start non-zero (accumulation).
+struct Case {
+  Case(const Dims& dims, uint64_t seed)
+      : d(dims),
+        x(uniform(dims.m * dims.k, seed)),
+        w(uniform(dims.n * dims.k, seed + 1)),
+        bias(uniform(dims.n, seed + 2)),
+        dy(uniform(dims.m * dims.n, seed + 3)),
+        dw0(uniform(dims.n * dims.k, seed + 5)),
+        dbias0(uniform(dims.n, seed + 6)),
+        x16(to_bf16(x)),
+        w16(to_bf16(w)),
+        dy16(to_bf16(dy)) {}
+
+  Dims d;
+  std::vector<float> x, w, bias, dy, dw0, dbias0;
+  std::vector<uint16_t> x16, w16, dy16;
+
+  struct Out {
+    std::vector<float> y, dx, dw, dbias;
+  };
+
+  Status run(const Context& ctx, Out* out) {
+    out->y.assign(d.m * d.n, -3.0f);
+    out->dx.assign(d.m * d.k, -5.0f);
+    out->dw = dw0;
+    out->dbias = dbias0;
+    MatmulParams p;
+    p.x = TensorView::of(x16.data(), DType::kBF16, {d.m, d.k});
+    p.w = TensorView::of(w16.data(), DType::kBF16, {d.n, d.k});
+    p.bias = TensorView::f32(bias.data(), {d.n});
+    p.y = TensorView::f32(out->y.data(), {d.m, d.n});
+    KILN_RETURN_IF_ERROR(matmul_forward(p, ctx));
+    MatmulBackwardParams b;
+    b.dy = TensorView::of(dy16.data(), DType::kBF16, {d.m, d.n});
+    b.x = p.x;
+    b.w = p.w;
+    b.dx = TensorView::f32(out->dx.data(), {d.m, d.k});
+    b.dw = TensorView::f32(out->dw.data(), {d.n, d.k});
+    b.dbias = TensorView::f32(out->dbias.data(), {d.n});
+    return matmul_backward(b, ctx);
+  }
+
+  // The double reference on the given f32 inputs.
+  Out reference(const std::vector<float>& rx, const std::vector<float>& rw,
+                const std::vector<float>& rdy) {
+    Out out;
+    out.y.assign(d.m * d.n, -3.0f);
+    out.dx.assign(d.m * d.k, -5.0f);
+    out.dw = dw0;
+    out.dbias = dbias0;
+    std::vector<float> cx = rx, cw = rw, cdy = rdy;
+    MatmulParams p;
+    p.x = TensorView::f32(cx.data(), {d.m, d.k});
+    p.w = TensorView::f32(cw.data(), {d.n, d.k});
+    p.bias = TensorView::f32(bias.data(), {d.n});
+    p.y = TensorView::f32(out.y.data(), {d.m, d.n});
+    KILN_CHECK(ref::matmul_forward(p).ok());
+    MatmulBackwardParams b;
+    b.dy = TensorView::f32(cdy.data(), {d.m, d.n});
+    b.x = p.x;
+    b.w = p.w;
+    b.dx = TensorView::f32(out.dx.data(), {d.m, d.k});
+    b.dw = TensorView::f32(out.dw.data(), {d.n, d.k});
+    b.dbias = TensorView::f32(out.dbias.data(), {d.n});
+    KILN_CHECK(ref::matmul_backward(b).ok());
+    return out;
+  }
+};
+
+Context cpu_context(ThreadPool* pool) {
+  Context ctx;
+  ctx.isa = supported_isas().back();
+  ctx.pool = pool;
+  return ctx;
+}
+
+#define SKIP_WITHOUT_BF16_GEMM()                              \
+  if (!bf16_gemm_available().ok()) {                          \
+    GTEST_SKIP() << "this CPU has no bf16 matmul (AVX-512): " \
+                 << bf16_gemm_available().to_string();        \
+  }
+
+const Dims kDims[] = {{1, 1, 1},   {3, 5, 7},      {64, 48, 33},  {130, 97, 70},
+                      {2, 300, 5}, {257, 3, 1000}, {40, 700, 16}, {256, 192, 768}};
+
+TEST(MatmulBf16Test, IsTheF32MatmulOfTheRoundedInputs) {
+  SKIP_WITHOUT_BF16_GEMM();
+  for (int threads : {1, 3}) {
+    ThreadPool pool(threads);
+    const Context ctx = cpu_context(&pool);
+    for (const Dims& d : kDims) {
+      const std::string what = "M=" + std::to_string(d.m) + " N=" + std::to_string(d.n) +
+                               " K=" + std::to_string(d.k) + " threads=" + std::to_string(threads);
+      Case c(d, 11);
+      Case::Out got;
+      ASSERT_TRUE(c.run(ctx, &got).ok()) << what;
+      Case::Out want = c.reference(to_f32(c.x16, c.x.size()), to_f32(c.w16, c.w.size()),
+                                   to_f32(c.dy16, c.dy.size()));
+      EXPECT_LE(buffer_err(got.y, want.y), kTolerance) << what << " y";
+      EXPECT_LE(buffer_err(got.dx, want.dx), kTolerance) << what << " dx";
+      EXPECT_LE(buffer_err(got.dw, want.dw), kTolerance) << what << " dw";
+      EXPECT_LE(buffer_err(got.dbias, want.dbias), kTolerance) << what << " dbias";
+    }
+  }
+}
+
+// |got - want| <= bound * sum_k |a_k b_k| per element, want from the unrounded inputs.
+void expect_within_rounding(const std::vector<float>& got, const std::vector<float>& want,
+                            const std::vector<double>& magnitude, const std::string& what) {
+  ASSERT_EQ(got.size(), want.size());
+  double worst = 0;
+  for (size_t i = 0; i < got.size(); ++i) {
+    const double err = std::fabs(static_cast<double>(got[i]) - want[i]);
+    worst = std::max(worst, err / std::max(magnitude[i], 1e-30));
+  }
+  EXPECT_LE(worst, kRoundingBound) << what;
+}
+
+TEST(MatmulBf16Test, ErrorFromTheUnroundedInputsIsWithinTheRoundingBound) {
+  SKIP_WITHOUT_BF16_GEMM();
+  ThreadPool pool(2);
+  const Context ctx = cpu_context(&pool);
+  for (const Dims& d : {Dims{64, 48, 33}, Dims{257, 3, 1000}, Dims{128, 384, 768}}) {
+    Case c(d, 21);
+    Case::Out got;
+    ASSERT_TRUE(c.run(ctx, &got).ok());
+    const Case::Out want = c.reference(c.x, c.w, c.dy);
+    // sum |x||w| for y, |dy||w| for dx, |dy||x| for dw (the dw and y outputs also carry their
+    // start value or bias exactly: those add no rounding).
+    std::vector<double> my(d.m * d.n, 0), mdx(d.m * d.k, 0), mdw(d.n * d.k, 0);
+    for (int64_t i = 0; i < d.m; ++i)
+      for (int64_t j = 0; j < d.n; ++j)
+        for (int64_t l = 0; l < d.k; ++l) {
+          const double x = std::fabs(c.x[i * d.k + l]), w = std::fabs(c.w[j * d.k + l]);
+          const double g = std::fabs(c.dy[i * d.n + j]);
+          my[i * d.n + j] += x * w;
+          mdx[i * d.k + l] += g * w;
+          mdw[j * d.k + l] += g * x;
+        }
+    const std::string what =
+        "M=" + std::to_string(d.m) + " N=" + std::to_string(d.n) + " K=" + std::to_string(d.k);
+    expect_within_rounding(got.y, want.y, my, what + " y");
+    expect_within_rounding(got.dx, want.dx, mdx, what + " dx");
+    expect_within_rounding(got.dw, want.dw, mdw, what + " dw");
+  }
+}
+
+TEST(MatmulBf16Test, ResultsDoNotDependOnThreadCount) {
+  SKIP_WITHOUT_BF16_GEMM();
+  for (const Dims& d : {Dims{300, 200, 150}, Dims{7, 900, 64}}) {
+    Case::Out first;
+    for (int threads : {1, 2, 5}) {
+      ThreadPool pool(threads);
+      Case c(d, 31);
+      Case::Out got;
+      ASSERT_TRUE(c.run(cpu_context(&pool), &got).ok());
+      if (threads == 1) {
+        first = got;
+        continue;
+      }
+      EXPECT_EQ(got.y, first.y) << threads;
+      EXPECT_EQ(got.dx, first.dx) << threads;
+      EXPECT_EQ(got.dw, first.dw) << threads;
+      EXPECT_EQ(got.dbias, first.dbias) << threads;
+    }
+  }
+}
+
+TEST(MatmulBf16Test, MixedOrWrongDtypesAreRefusedByName) {
+  SKIP_WITHOUT_BF16_GEMM();
+  const Dims d{8, 6, 4};
+  Case c(d, 41);
+  std::vector<float> y(d.m * d.n), wf = c.w;
+  const Context ctx = cpu_context(nullptr);
+  MatmulParams p;
+  p.x = TensorView::of(c.x16.data(), DType::kBF16, {d.m, d.k});
+  p.w = TensorView::f32(wf.data(), {d.n, d.k});
+  p.y = TensorView::f32(y.data(), {d.m, d.n});
+  Status s = matmul_forward(p, ctx);
+  EXPECT_NE(s.to_string().find("matmul_forward: w is f32[6,4] but must be bf16"), std::string::npos)
+      << s.to_string();
+  p.w = TensorView::of(c.w16.data(), DType::kBF16, {d.n, d.k});
+  std::vector<uint16_t> y16(d.m * d.n);
+  p.y = TensorView::of(y16.data(), DType::kBF16, {d.m, d.n});
+  s = matmul_forward(p, ctx);
+  EXPECT_NE(s.to_string().find("y is bf16[8,6] but must be f32"), std::string::npos)
+      << s.to_string();
+  std::vector<int32_t> xi(d.m * d.k);
+  p.x = TensorView::i32(xi.data(), {d.m, d.k});
+  s = matmul_forward(p, ctx);
+  EXPECT_NE(s.to_string().find("x (i32[8,4]) must be f32 or bf16"), std::string::npos)
+      << s.to_string();
+  MatmulBackwardParams b;
+  std::vector<float> dyf = c.dy, dx(d.m * d.k);
+  b.dy = TensorView::f32(dyf.data(), {d.m, d.n});
+  b.x = TensorView::of(c.x16.data(), DType::kBF16, {d.m, d.k});
+  b.w = TensorView::of(c.w16.data(), DType::kBF16, {d.n, d.k});
+  b.dx = TensorView::f32(dx.data(), {d.m, d.k});
+  s = matmul_backward(b, ctx);
+  EXPECT_NE(s.to_string().find("matmul_backward: dy is f32[8,6] but must be bf16"),
+            std::string::npos)
+      << s.to_string();
+}
+
+TEST(MatmulBf16Test, NamesItsKernel) {
+  SKIP_WITHOUT_BF16_GEMM();
+  // oneDNN's implementation string: a brgemm or gemm kernel of an AVX-512 ISA.
+  EXPECT_NE(bf16_gemm_kernel().find("avx512"), std::string::npos) << bf16_gemm_kernel();
+}
+
+}  // namespace
+}  // namespace kiln::ops
