@@ -2,7 +2,7 @@
 // AdamW) on kiln_train's Gpt2, per thread count, with the time of each phase and of each op.
 //
 //   kiln_model_step_bench [--model tiny|gpt2-124m] [--batch 8] [--seq 256] [--steps 5]
-//                         [--threads 1,2] [--no-ops]
+//                         [--threads 1,2] [--no-ops] [--precision fp32|bf16]
 //
 // The model is configs/tiny.yaml's (6 layers, 6 heads, C = 384, block 256, V = 50257 padded to
 // 50304) or gpt2-124m's (12 layers, 12 heads, C = 768). Each thread count gets its own pool, ops
@@ -27,6 +27,7 @@
 #include <kiln/base/thread_pool.h>
 #include <kiln/ops/attention.h>
 #include <kiln/ops/context.h>
+#include <kiln/ops/convert.h>
 #include <kiln/ops/cross_entropy.h>
 #include <kiln/ops/elementwise.h>
 #include <kiln/ops/embedding.h>
@@ -52,6 +53,7 @@ struct Options {
   std::vector<int> threads = {1, 2};
   bool ops = true;
   std::string model = "tiny";  // tiny or gpt2-124m (configs/<model>.yaml's shape)
+  kiln::train::Precision precision = kiln::train::Precision::kFp32;
 };
 
 // Timed calls per op: the median of this many, after one warm-up call.
@@ -78,6 +80,10 @@ bool parse(int argc, char** argv, Options* o) {
     const bool has_value = i + 1 < argc;
     if (a == "--no-ops") {
       o->ops = false;
+    } else if (a == "--precision" && has_value) {
+      kiln::Result<kiln::train::Precision> p = kiln::train::parse_precision(argv[++i]);
+      if (!p.ok()) return false;
+      o->precision = *p;
     } else if (a == "--model" && has_value) {
       o->model = argv[++i];
       if (o->model != "tiny" && o->model != "gpt2-124m") return false;
@@ -151,9 +157,22 @@ struct OpRow {
   double ms;  // per call
 };
 
-// Every op of a step, alone, on the step's shapes.
+// bf16 copies of f32 buffers (round to nearest even), for the bf16 rows.
+std::vector<uint16_t> bf16_of(const std::vector<float>& v, const Context& ctx) {
+  std::vector<uint16_t> out(v.size());
+  const auto n = static_cast<int64_t>(v.size());
+  check(
+      kiln::ops::convert_f32_to_bf16(TensorView::f32(const_cast<float*>(v.data()), {n}),
+                                     TensorView::of(out.data(), kiln::ops::DType::kBF16, {n}), ctx),
+      "to bf16");
+  return out;
+}
+
+// Every op of a step, alone, on the step's shapes; with bf16, the matmuls take bf16 inputs and
+// the conversions the model makes are rows of their own.
 std::vector<OpRow> time_ops(const ModelConfig& c, int64_t B, int64_t T, size_t param_floats,
-                            const Context& ctx) {
+                            kiln::train::Precision precision, const Context& ctx) {
+  const bool bf16 = precision == kiln::train::Precision::kBf16;
   const int64_t N = B * T, C = c.n_embd, H = c.n_head, D = C / H, L = c.n_layer;
   const int64_t V = c.vocab_size, Vp = c.padded_vocab();
   auto x = filled(static_cast<size_t>(N * 4 * C), 1), y = filled(static_cast<size_t>(N * 4 * C), 2);
@@ -174,19 +193,30 @@ std::vector<OpRow> time_ops(const ModelConfig& c, int64_t B, int64_t T, size_t p
   };
   auto vec = [](std::vector<float>& v, int64_t n) { return TensorView::f32(v.data(), {n}); };
   std::vector<OpRow> rows;
+  std::vector<uint16_t> x16, w16, dy16, logits16;
+  if (bf16) {
+    x16 = bf16_of(x, ctx), w16 = bf16_of(w, ctx), dy16 = bf16_of(dy, ctx);
+    logits16 = bf16_of(logits, ctx);
+  }
+  // A matmul input: f32, or its bf16 copy.
+  auto in = [&](std::vector<float>& v32, std::vector<uint16_t>& v16, int64_t r, int64_t k) {
+    return bf16 ? TensorView::of(v16.data(), kiln::ops::DType::kBF16, {r, k}) : mat(v32, r, k);
+  };
 
-  const auto linear = [&](const char* fwd_name, const char* bwd_name, int64_t in, int64_t out,
-                          int calls, bool bias) {
+  const auto linear = [&](const char* fwd_name, const char* bwd_name, int64_t in_features,
+                          int64_t out, int calls, bool bias) {
     // The head's (N, Vp) output and its gradient need the logits buffer; the rest fit in y, dy.
     std::vector<float>& out_buf = out > 4 * C ? logits : y;
     std::vector<float>& dout_buf = out > 4 * C ? logits : dy;
-    kiln::ops::MatmulParams f{mat(x, N, in), mat(w, out, in), bias ? vec(b, out) : TensorView{},
-                              mat(out_buf, N, out)};
+    std::vector<uint16_t>& dout16 = out > 4 * C ? logits16 : dy16;
+    kiln::ops::MatmulParams f{in(x, x16, N, in_features), in(w, w16, out, in_features),
+                              bias ? vec(b, out) : TensorView{}, mat(out_buf, N, out)};
     rows.push_back(
         {fwd_name, calls, op_ms([&] { return kiln::ops::matmul_forward(f, ctx); }, fwd_name)});
-    kiln::ops::MatmulBackwardParams g{mat(dout_buf, N, out), mat(x, N, in),
-                                      mat(w, out, in),       mat(dx, N, in),
-                                      mat(dw, out, in),      bias ? vec(db, out) : TensorView{}};
+    kiln::ops::MatmulBackwardParams g{
+        in(dout_buf, dout16, N, out), in(x, x16, N, in_features),
+        in(w, w16, out, in_features), mat(dx, N, in_features),
+        mat(dw, out, in_features),    bias ? vec(db, out) : TensorView{}};
     rows.push_back(
         {bwd_name, calls, op_ms([&] { return kiln::ops::matmul_backward(g, ctx); }, bwd_name)});
   };
@@ -249,6 +279,26 @@ std::vector<OpRow> time_ops(const ModelConfig& c, int64_t B, int64_t T, size_t p
   rows.push_back({"cross_entropy bwd", 1,
                   op_ms([&] { return kiln::ops::cross_entropy_backward(cb, ctx); }, "ce bwd")});
 
+  if (bf16) {
+    // What model_precision.cc converts: each matmul's input in the forward (ln_1, attn output,
+    // ln_2, ln_f: N x C; GELU output: N x 4C), each linear's output gradient in the backward
+    // (N x C twice, 4C, 3C a block; the head's N x Vp), and the weights once a step.
+    std::vector<uint16_t> out16(static_cast<size_t>(N * Vp));
+    const auto convert_ms = [&](std::vector<float>& src, int64_t n) {
+      return op_ms(
+          [&] {
+            return kiln::ops::convert_f32_to_bf16(
+                vec(src, n), TensorView::of(out16.data(), kiln::ops::DType::kBF16, {n}), ctx);
+          },
+          "to bf16");
+    };
+    const double nc = convert_ms(x, N * C), n4c = convert_ms(x, N * 4 * C);
+    const double n3c = convert_ms(x, N * 3 * C), nvp = convert_ms(logits, N * Vp);
+    rows.push_back({"to bf16: forward inputs (per block)", blocks, 3 * nc + n4c});
+    rows.push_back({"to bf16: ln_f output", 1, nc});
+    rows.push_back({"to bf16: output gradients (per block)", blocks, 2 * nc + n4c + n3c});
+    rows.push_back({"to bf16: dlogits", 1, nvp});
+  }
   std::vector<float> p = filled(param_floats, 15), g = filled(param_floats, 16);
   std::vector<float> m(param_floats, 0.0f), v(param_floats, 0.0f);
   const auto n = static_cast<int64_t>(param_floats);
@@ -258,6 +308,17 @@ std::vector<OpRow> time_ops(const ModelConfig& c, int64_t B, int64_t T, size_t p
   kiln::ops::AdamWParams ap{vec(p, n), vec(g, n), vec(m, n), vec(v, n)};
   rows.push_back(
       {"adamw (whole arena)", 1, op_ms([&] { return kiln::ops::adamw_update(ap, ctx); }, "adamw")});
+  if (bf16) {
+    std::vector<uint16_t> p16(param_floats);
+    rows.push_back({"to bf16: weights (whole arena)", 1,
+                    op_ms(
+                        [&] {
+                          return kiln::ops::convert_f32_to_bf16(
+                              vec(p, n), TensorView::of(p16.data(), kiln::ops::DType::kBF16, {n}),
+                              ctx);
+                        },
+                        "weights to bf16")});
+  }
   return rows;
 }
 
@@ -269,7 +330,7 @@ int main(int argc, char** argv) {
     std::fprintf(stderr,
                  "usage: kiln_model_step_bench [--model tiny|gpt2-124m] [--batch B] [--seq T<=256] "
                  "[--steps N] "
-                 "[--threads 1,2] [--no-ops]\n");
+                 "[--threads 1,2] [--no-ops] [--precision fp32|bf16]\n");
     return 2;
   }
   const ModelConfig config = o.model == "gpt2-124m" ? gpt2_124m() : tiny();
@@ -283,7 +344,8 @@ int main(int argc, char** argv) {
     kiln::Result<Context> ctx = kiln::ops::make_cpu_context(&pool);
     check(ctx.status(), "context");
     ctx->workspace = &workspace;
-    kiln::Result<Gpt2> created = Gpt2::create(config, o.batch, o.seq);
+    kiln::Result<Gpt2> created =
+        Gpt2::create(config, o.batch, o.seq, kiln::train::MomentArenas::whole(), o.precision);
     check(created.status(), "create");
     Gpt2& model = *created;
     model.init_weights(1337);
@@ -326,7 +388,7 @@ int main(int argc, char** argv) {
         median(fwd_ms), median(bwd_ms), median(norm_ms), median(adam_ms));
     if (!o.ops) continue;
     const std::vector<OpRow> rows =
-        time_ops(config, o.batch, o.seq, model.param_data().size(), *ctx);
+        time_ops(config, o.batch, o.seq, model.param_data().size(), o.precision, *ctx);
     double total = 0;
     std::printf("  %-22s %6s %10s %10s %7s\n", "op", "calls", "ms/call", "ms/step", "share");
     for (const OpRow& r : rows) {

@@ -79,6 +79,10 @@ struct TrainFlags {
   int nproc = 1;
   int zero = 0;
   CLI::Option* zero_opt = nullptr;
+  std::string precision;
+  CLI::Option* precision_opt = nullptr;
+  std::string grad_reduce;
+  CLI::Option* grad_reduce_opt = nullptr;
   std::string ckpt_dir;
   int ckpt_every = 0;
   int ckpt_keep = 3;
@@ -158,6 +162,8 @@ train::TrainOverrides overrides_of(const TrainFlags& f) {
   if (f.grad_accum_opt->count() > 0) o.grad_accum = f.grad_accum;
   if (f.val_every_opt->count() > 0) o.val_every = f.val_every;
   if (f.zero_opt->count() > 0) o.zero = f.zero;
+  if (f.precision_opt->count() > 0) o.precision = f.precision;
+  if (f.grad_reduce_opt->count() > 0) o.grad_reduce = f.grad_reduce;
   return o;
 }
 
@@ -376,6 +382,12 @@ Command add_train_command(CLI::App& parent) {
   app->add_option("--nproc", flags->nproc, "data-parallel ranks to start on this host")
       ->check(CLI::Range(1, 1024));
   flags->zero_opt = app->add_option("--zero", flags->zero, "overrides train.zero (1: ZeRO-1)");
+  flags->precision_opt = app->add_option(
+      "--precision", flags->precision,
+      "overrides train.precision: fp32, or bf16 (bf16 matrix products, f32 master weights)");
+  flags->grad_reduce_opt = app->add_option(
+      "--grad-reduce", flags->grad_reduce,
+      "overrides train.grad_reduce: the gradient all-reduce in fp32 or bf16 (half the bytes)");
   app->add_option("--ckpt-dir", flags->ckpt_dir,
                   "checkpoint here, resuming from the newest complete checkpoint that verifies");
   app->add_option("--ckpt-every", flags->ckpt_every, "checkpoint every N steps (and at the end)")

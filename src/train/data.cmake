@@ -24,7 +24,7 @@ if(KILN_BUILD_TESTS)
     LIBS -lxxhash
     MAX_TOTAL_TIME 15)
   kiln_fuzz_target(NAME train_config
-    SOURCES train_config_fuzz.cc train_config.cc ../base/config.cc
+    SOURCES train_config_fuzz.cc train_config.cc precision.cc ../base/config.cc
     SEED_SOURCES train_config_fuzz_seeds.cc
     LIBS -lyaml-cpp
     MAX_TOTAL_TIME 15)

@@ -11,6 +11,7 @@
 #include <string>
 #include <utility>
 
+#include <kiln/ops/matmul.h>
 #include <kiln/ops/optimizer.h>
 
 #include "train/model_state.h"
@@ -31,9 +32,22 @@ Result<FloatArena> make_arena(size_t floats, const char* what) {
   return FloatArena(data);
 }
 
+// A zeroed, 64-byte aligned arena of `halves` bf16 elements, as make_arena.
+Result<Bf16Arena> make_bf16_arena(size_t halves, const char* what) {
+  const size_t bytes = (halves * sizeof(uint16_t) + 63) / 64 * 64;
+  auto* data = static_cast<uint16_t*>(std::aligned_alloc(64, bytes == 0 ? 64 : bytes));
+  if (data == nullptr) {
+    return Status::unavailable("gpt2: cannot allocate the " + std::string(what) + " arena of " +
+                               std::to_string(bytes) + " bytes");
+  }
+  std::memset(data, 0, bytes);
+  return Bf16Arena(data);
+}
+
 }  // namespace
 
-Result<Gpt2> Gpt2::create(const ModelConfig& config, int batch, int seq, MomentArenas moments) {
+Result<Gpt2> Gpt2::create(const ModelConfig& config, int batch, int seq, MomentArenas moments,
+                          Precision precision) {
   KILN_RETURN_IF_ERROR(config.validate());
   if (batch < 1 || seq < 1 || seq > config.block_size) {
     return Status::invalid_argument("gpt2: batch " + std::to_string(batch) + " and seq " +
@@ -58,6 +72,13 @@ Result<Gpt2> Gpt2::create(const ModelConfig& config, int batch, int seq, MomentA
   KILN_ASSIGN_OR_RETURN(s->m_arena, make_arena(s->moment_floats, "AdamW m"));
   KILN_ASSIGN_OR_RETURN(s->v_arena, make_arena(s->moment_floats, "AdamW v"));
   KILN_ASSIGN_OR_RETURN(s->act_arena, make_arena(s->act_floats, "activation"));
+  s->precision = precision;
+  if (precision == Precision::kBf16) {
+    KILN_RETURN_IF_ERROR(ops::bf16_matmul_available().with_context("gpt2 in bf16"));
+    gpt2_act16_layout(config, batch, seq, &s->layer_acts16, &s->acts16, &s->act16_halves);
+    KILN_ASSIGN_OR_RETURN(s->weight16_arena, make_bf16_arena(s->param_floats, "bf16 weight"));
+    KILN_ASSIGN_OR_RETURN(s->act16_arena, make_bf16_arena(s->act16_halves, "bf16 activation"));
+  }
   s->grad_views = {
       ops::TensorView::f32(s->grad_arena.get(), {static_cast<int64_t>(s->param_floats)})};
   const size_t rows = static_cast<size_t>(batch) * static_cast<size_t>(seq);
@@ -80,6 +101,9 @@ Gpt2::~Gpt2() = default;
 const ModelConfig& Gpt2::config() const {
   return s_->config;
 }
+Precision Gpt2::precision() const {
+  return s_->precision;
+}
 int Gpt2::batch() const {
   return s_->batch;
 }
@@ -91,6 +115,7 @@ const std::vector<ParamInfo>& Gpt2::params() const {
 }
 
 std::span<float> Gpt2::param_data() {
+  s_->weight16_stale = true;  // the caller may write
   return {s_->param_arena.get(), s_->param_floats};
 }
 std::span<const float> Gpt2::param_data() const {
@@ -139,6 +164,7 @@ Status Gpt2::adamw_step(const AdamWConfig& c, float lr, int64_t step, float grad
   KILN_CHECK(s_->moment_floats == s_->param_floats)
       << "gpt2 adamw_step needs whole moment arenas, this model holds a share of "
       << s_->moment_floats << " of " << s_->param_floats << " floats (ShardedAdamW's)";
+  s_->weight16_stale = true;
   for (const AdamSegment& seg : s_->adam_segments) {
     const auto n = static_cast<int64_t>(seg.count);
     ops::AdamWParams p;

@@ -6,7 +6,9 @@ list(APPEND KILN_TRAIN_SOURCES
   ${CMAKE_CURRENT_SOURCE_DIR}/model_init.cc
   ${CMAKE_CURRENT_SOURCE_DIR}/model_forward.cc
   ${CMAKE_CURRENT_SOURCE_DIR}/model_backward.cc
-  ${CMAKE_CURRENT_SOURCE_DIR}/model_io.cc)
+  ${CMAKE_CURRENT_SOURCE_DIR}/model_io.cc
+  ${CMAKE_CURRENT_SOURCE_DIR}/model_precision.cc
+  ${CMAKE_CURRENT_SOURCE_DIR}/precision.cc)
 list(APPEND KILN_TRAIN_TESTS
   ${CMAKE_CURRENT_SOURCE_DIR}/model_test.cc
   ${CMAKE_CURRENT_SOURCE_DIR}/model_grad_test.cc

@@ -14,6 +14,10 @@
 //     dln = dqkv @ qkv.w;  dqkv.{w,b} +=;  dres += ln_1 backward (dln)
 //     block_done(l)
 //   dwte, dwpe += embedding backward (dres);  block_done(-1)
+//
+// In bf16 each linear's backward rounds its output gradient into the bf16 scratch and multiplies
+// it by the bf16 weights and the forward's bf16 input (model_precision.cc); dx, dw and dbias are
+// f32, and the gradients accumulate in f32.
 #include <string>
 
 #include <kiln/ops/attention.h>
@@ -37,13 +41,15 @@ TensorView vec(float* p, int64_t n) {
   return TensorView::f32(p, {n});
 }
 
-// dy is the gradient of a Linear's output; fills dx (overwritten), adds to dw and dbias.
-Status linear_backward(float* dy, float* x, float* w, float* dx, float* dw, float* dbias, int64_t N,
-                       int64_t in, int64_t out, const ops::Context& ctx) {
+// dy is the gradient of a Linear's output; fills dx (overwritten), adds to dw and dbias. x16 is
+// where the forward saved x's bf16 copy (bf16 models).
+Status linear_backward(Gpt2::State& s, float* dy, float* x, size_t x16, float* w, float* dx,
+                       float* dw, float* dbias, int64_t N, int64_t in, int64_t out,
+                       const ops::Context& ctx) {
   ops::MatmulBackwardParams p;
-  p.dy = mat(dy, N, out);
-  p.x = mat(x, N, in);
-  p.w = mat(w, out, in);
+  KILN_ASSIGN_OR_RETURN(p.dy, gpt2_matmul_input(s, dy, N, out, s.acts16.dy, ctx));
+  p.x = gpt2_saved_matmul_input(s, x, N, in, x16);
+  p.w = gpt2_matmul_weight(s, w, out, in);
   p.dx = mat(dx, N, in);
   p.dw = mat(dw, out, in);
   p.dbias = vec(dbias, out);
@@ -73,32 +79,33 @@ Status block_backward(Gpt2::State& s, int l, const ops::Context& ctx) {
   const int64_t H = s.config.n_head;
   const int64_t D = C / H;
   const LayerActs& a = s.layer_acts[static_cast<size_t>(l)];
+  const LayerActs16 a16 = s.bf16() ? s.layer_acts16[static_cast<size_t>(l)] : LayerActs16{};
   float* x = l == 0 ? s.act(s.acts.encoded) : s.act(s.layer_acts[static_cast<size_t>(l - 1)].res3);
   float* dres = s.act(s.acts.dres);
   float* dln = s.act(s.acts.dln);
   float* dfch = s.act(s.acts.dfch);
 
   // MLP: res3 = res2 + mlp.proj(gelu(fc(ln_2(res2)))).
-  KILN_RETURN_IF_ERROR(linear_backward(dres, s.act(a.fch_gelu), s.block_param(l, kMlpProjWeight),
-                                       dfch, s.block_grad(l, kMlpProjWeight),
-                                       s.block_grad(l, kMlpProjBias), N, 4 * C, C, ctx));
+  KILN_RETURN_IF_ERROR(linear_backward(
+      s, dres, s.act(a.fch_gelu), a16.fch_gelu, s.block_param(l, kMlpProjWeight), dfch,
+      s.block_grad(l, kMlpProjWeight), s.block_grad(l, kMlpProjBias), N, 4 * C, C, ctx));
   ops::GeluBackwardParams gelu;
   gelu.x = mat(s.act(a.fch), N, 4 * C);
   gelu.dy = mat(dfch, N, 4 * C);
   gelu.dx = gelu.dy;  // in place
   KILN_RETURN_IF_ERROR(ops::gelu_backward(gelu, ctx));
-  KILN_RETURN_IF_ERROR(linear_backward(dfch, s.act(a.ln2), s.block_param(l, kFcWeight), dln,
-                                       s.block_grad(l, kFcWeight), s.block_grad(l, kFcBias), N, C,
-                                       4 * C, ctx));
+  KILN_RETURN_IF_ERROR(linear_backward(s, dfch, s.act(a.ln2), a16.ln2, s.block_param(l, kFcWeight),
+                                       dln, s.block_grad(l, kFcWeight), s.block_grad(l, kFcBias), N,
+                                       C, 4 * C, ctx));
   KILN_RETURN_IF_ERROR(layernorm_backward_into(
       dln, s.act(a.res2), s.block_param(l, kLn2Weight), s.act(a.ln2_mean), s.act(a.ln2_rstd), dres,
       s.block_grad(l, kLn2Weight), s.block_grad(l, kLn2Bias), N, C, true, ctx));
 
   // Attention: res2 = x + proj(attention(qkv(ln_1(x)))).
   float* datty = s.act(s.acts.datty);
-  KILN_RETURN_IF_ERROR(linear_backward(dres, s.act(a.atty), s.block_param(l, kProjWeight), datty,
-                                       s.block_grad(l, kProjWeight), s.block_grad(l, kProjBias), N,
-                                       C, C, ctx));
+  KILN_RETURN_IF_ERROR(
+      linear_backward(s, dres, s.act(a.atty), a16.atty, s.block_param(l, kProjWeight), datty,
+                      s.block_grad(l, kProjWeight), s.block_grad(l, kProjBias), N, C, C, ctx));
   float* qkv = s.act(a.qkv);
   float* dqkv = s.act(s.acts.dqkv);
   const auto third = [&](float* base, int64_t i) {
@@ -117,9 +124,9 @@ Status block_backward(Gpt2::State& s, int l, const ops::Context& ctx) {
   att.dv = third(dqkv, 2);
   att.causal = true;
   KILN_RETURN_IF_ERROR(ops::attention_backward(att, ctx));
-  KILN_RETURN_IF_ERROR(linear_backward(dqkv, s.act(a.ln1), s.block_param(l, kQkvWeight), dln,
-                                       s.block_grad(l, kQkvWeight), s.block_grad(l, kQkvBias), N, C,
-                                       3 * C, ctx));
+  KILN_RETURN_IF_ERROR(linear_backward(s, dqkv, s.act(a.ln1), a16.ln1, s.block_param(l, kQkvWeight),
+                                       dln, s.block_grad(l, kQkvWeight), s.block_grad(l, kQkvBias),
+                                       N, C, 3 * C, ctx));
   return layernorm_backward_into(dln, x, s.block_param(l, kLn1Weight), s.act(a.ln1_mean),
                                  s.act(a.ln1_rstd), dres, s.block_grad(l, kLn1Weight),
                                  s.block_grad(l, kLn1Bias), N, C, true, ctx);
@@ -157,9 +164,10 @@ Status Gpt2::backward(float loss_scale, const ops::Context& ctx,
   // The head: logits = lnf @ wte_padded^T.
   float* dln = s.act(s.acts.dln);
   ops::MatmulBackwardParams head;
-  head.dy = ce.logits;
-  head.x = mat(s.act(s.acts.lnf), N, C);
-  head.w = mat(s.param(kWteParam), Vp, C);
+  KILN_ASSIGN_OR_RETURN(head.dy,
+                        gpt2_matmul_input(s, s.act(s.acts.logits), N, Vp, s.acts16.dy, ctx));
+  head.x = gpt2_saved_matmul_input(s, s.act(s.acts.lnf), N, C, s.acts16.lnf);
+  head.w = gpt2_matmul_weight(s, s.param(kWteParam), Vp, C);
   head.dx = mat(dln, N, C);
   head.dw = mat(s.grad(kWteParam), Vp, C);
   KILN_RETURN_IF_ERROR(ops::matmul_backward(head, ctx).with_context("gpt2 backward head"));

@@ -12,6 +12,10 @@
 // then lnf = layernorm(res3 of L - 1; ln_f), logits = lnf @ wte_padded^T (N, Vp; the pad rows of
 // wte are zero, so are the pad logits), losses = cross_entropy(logits[:, :V], targets).
 // proj_out is shared by both projections of every block: the backward never reads it.
+//
+// In bf16 (model.h, Precision) each matmul reads the bf16 weights (refreshed first when stale)
+// and a bf16 copy of its input, made just before it in the bf16 activation arena, where the
+// backward reads it again for the weight gradient; the outputs stay f32.
 #include <cstring>
 #include <string>
 
@@ -44,6 +48,7 @@ Status block_forward(Gpt2::State& s, int l, int64_t B, int64_t T, const ops::Con
   const int64_t H = s.config.n_head;
   const int64_t D = C / H;
   const LayerActs& a = s.layer_acts[static_cast<size_t>(l)];
+  const LayerActs16 a16 = s.bf16() ? s.layer_acts16[static_cast<size_t>(l)] : LayerActs16{};
   float* x = l == 0 ? s.act(s.acts.encoded) : s.act(s.layer_acts[static_cast<size_t>(l - 1)].res3);
   float* proj_out = s.act(s.acts.proj_out);
 
@@ -57,8 +62,8 @@ Status block_forward(Gpt2::State& s, int l, int64_t B, int64_t T, const ops::Con
   KILN_RETURN_IF_ERROR(ops::layernorm_forward(ln1, ctx));
 
   ops::MatmulParams qkv;
-  qkv.x = ln1.y;
-  qkv.w = mat(s.block_param(l, kQkvWeight), 3 * C, C);
+  KILN_ASSIGN_OR_RETURN(qkv.x, gpt2_matmul_input(s, s.act(a.ln1), N, C, a16.ln1, ctx));
+  qkv.w = gpt2_matmul_weight(s, s.block_param(l, kQkvWeight), 3 * C, C);
   qkv.bias = vec(s.block_param(l, kQkvBias), 3 * C);
   qkv.y = mat(s.act(a.qkv), N, 3 * C);
   KILN_RETURN_IF_ERROR(ops::matmul_forward(qkv, ctx));
@@ -79,8 +84,8 @@ Status block_forward(Gpt2::State& s, int l, int64_t B, int64_t T, const ops::Con
   KILN_RETURN_IF_ERROR(ops::attention_forward(att, ctx));
 
   ops::MatmulParams proj;
-  proj.x = mat(s.act(a.atty), N, C);
-  proj.w = mat(s.block_param(l, kProjWeight), C, C);
+  KILN_ASSIGN_OR_RETURN(proj.x, gpt2_matmul_input(s, s.act(a.atty), N, C, a16.atty, ctx));
+  proj.w = gpt2_matmul_weight(s, s.block_param(l, kProjWeight), C, C);
   proj.bias = vec(s.block_param(l, kProjBias), C);
   proj.y = mat(proj_out, N, C);
   KILN_RETURN_IF_ERROR(ops::matmul_forward(proj, ctx));
@@ -101,8 +106,8 @@ Status block_forward(Gpt2::State& s, int l, int64_t B, int64_t T, const ops::Con
   KILN_RETURN_IF_ERROR(ops::layernorm_forward(ln2, ctx));
 
   ops::MatmulParams fc;
-  fc.x = ln2.y;
-  fc.w = mat(s.block_param(l, kFcWeight), 4 * C, C);
+  KILN_ASSIGN_OR_RETURN(fc.x, gpt2_matmul_input(s, s.act(a.ln2), N, C, a16.ln2, ctx));
+  fc.w = gpt2_matmul_weight(s, s.block_param(l, kFcWeight), 4 * C, C);
   fc.bias = vec(s.block_param(l, kFcBias), 4 * C);
   fc.y = mat(s.act(a.fch), N, 4 * C);
   KILN_RETURN_IF_ERROR(ops::matmul_forward(fc, ctx));
@@ -113,8 +118,9 @@ Status block_forward(Gpt2::State& s, int l, int64_t B, int64_t T, const ops::Con
   KILN_RETURN_IF_ERROR(ops::gelu_forward(gelu, ctx));
 
   ops::MatmulParams mlp_proj;
-  mlp_proj.x = gelu.y;
-  mlp_proj.w = mat(s.block_param(l, kMlpProjWeight), C, 4 * C);
+  KILN_ASSIGN_OR_RETURN(mlp_proj.x,
+                        gpt2_matmul_input(s, s.act(a.fch_gelu), N, 4 * C, a16.fch_gelu, ctx));
+  mlp_proj.w = gpt2_matmul_weight(s, s.block_param(l, kMlpProjWeight), C, 4 * C);
   mlp_proj.bias = vec(s.block_param(l, kMlpProjBias), C);
   mlp_proj.y = mat(proj_out, N, C);
   KILN_RETURN_IF_ERROR(ops::matmul_forward(mlp_proj, ctx));
@@ -132,6 +138,7 @@ Status forward_to_logits(Gpt2::State& s, int64_t B, int64_t T, const ops::Contex
   const int64_t C = s.config.n_embd;
   const int64_t V = s.config.vocab_size;
   const int64_t Vp = s.config.padded_vocab();
+  KILN_RETURN_IF_ERROR(gpt2_refresh_weight16(s, ctx));
 
   ops::EmbeddingParams emb;
   emb.tokens = TensorView::i32(s.tokens.data(), {B, T});
@@ -154,8 +161,8 @@ Status forward_to_logits(Gpt2::State& s, int64_t B, int64_t T, const ops::Contex
   KILN_RETURN_IF_ERROR(ops::layernorm_forward(lnf, ctx).with_context("gpt2 forward ln_f"));
 
   ops::MatmulParams head;
-  head.x = lnf.y;
-  head.w = mat(s.param(kWteParam), Vp, C);  // the pad rows included: zero logits
+  KILN_ASSIGN_OR_RETURN(head.x, gpt2_matmul_input(s, s.act(s.acts.lnf), N, C, s.acts16.lnf, ctx));
+  head.w = gpt2_matmul_weight(s, s.param(kWteParam), Vp, C);  // the pad rows included: zero logits
   head.y = mat(s.act(s.acts.logits), N, Vp);
   return ops::matmul_forward(head, ctx).with_context("gpt2 forward head");
 }

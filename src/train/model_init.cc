@@ -28,6 +28,7 @@ bool ends_with(const std::string& s, const char* suffix) {
 
 void Gpt2::init_weights(uint64_t seed) {
   State& s = *s_;
+  s.weight16_stale = true;
   // The residual projections are scaled down by 1/sqrt(2 L): each block adds two of them to the
   // residual stream, whose variance would otherwise grow with depth (GPT-2 paper, section 2.3).
   const double proj_std = kInitStd / std::sqrt(2.0 * s.config.n_layer);

@@ -7,6 +7,7 @@
 //
 // Activation arena: per block the tensors the backward reads (LayerActs), then the global ones
 // and the backward's scratch (GlobalActs), each aligned like the parameters.
+#include <algorithm>
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
@@ -158,6 +159,27 @@ void gpt2_act_layout(const ModelConfig& config, int batch, int seq, std::vector<
   g.datty = bump.take(N * C);
   g.dfch = bump.take(N * 4 * C);
   *arena_floats = bump.size();
+}
+
+void gpt2_act16_layout(const ModelConfig& config, int batch, int seq,
+                       std::vector<LayerActs16>* layers, GlobalActs16* acts, size_t* arena_halves) {
+  const size_t N = static_cast<size_t>(batch) * static_cast<size_t>(seq);
+  const size_t C = static_cast<size_t>(config.n_embd);
+  const size_t Vp = static_cast<size_t>(config.padded_vocab());
+  // Bump counts floats; a bf16 block of n elements takes n / 2 of them (rounded up), so every
+  // block keeps Bump's alignment (64 bytes) in the bf16 arena too: offsets double.
+  Bump bump;
+  const auto take = [&](size_t halves) { return 2 * bump.take((halves + 1) / 2); };
+  layers->assign(static_cast<size_t>(config.n_layer), LayerActs16{});
+  for (LayerActs16& a : *layers) {
+    a.ln1 = take(N * C);
+    a.atty = take(N * C);
+    a.ln2 = take(N * C);
+    a.fch_gelu = take(N * 4 * C);
+  }
+  acts->lnf = take(N * C);
+  acts->dy = take(N * std::max(Vp, 4 * C));
+  *arena_halves = 2 * bump.size();
 }
 
 std::vector<AdamSegment> gpt2_adam_segments(const std::vector<ParamInfo>& params,

@@ -64,6 +64,20 @@ struct LayerActs {
   size_t res3 = 0;      // (N, C)  residual after the MLP: the next block's input
 };
 
+// Offsets (bf16 elements, in the bf16 activation arena) of the bf16 copies a bf16 model makes of
+// each matmul's input: the forward's (kept for the weight gradients) and the backward's output
+// gradients (one scratch block, reused by every linear).
+struct LayerActs16 {
+  size_t ln1 = 0;       // (N, C)
+  size_t atty = 0;      // (N, C)
+  size_t ln2 = 0;       // (N, C)
+  size_t fch_gelu = 0;  // (N, 4C)
+};
+struct GlobalActs16 {
+  size_t lnf = 0;  // (N, C)
+  size_t dy = 0;   // (N, max(Vp, 4C)): a linear's output gradient, dlogits the largest
+};
+
 // Offsets (floats) of the tensors that are not per block.
 struct GlobalActs {
   size_t encoded = 0;   // (N, C)  embeddings: block 0's input
@@ -95,6 +109,7 @@ struct FreeDeleter {
   void operator()(void* p) const { std::free(p); }
 };
 using FloatArena = std::unique_ptr<float[], FreeDeleter>;
+using Bf16Arena = std::unique_ptr<uint16_t[], FreeDeleter>;
 
 // What the last forward left, which decides what backward and logits() may use.
 enum class ForwardPhase {
@@ -117,6 +132,16 @@ struct Gpt2::State {
   FloatArena param_arena, grad_arena, m_arena, v_arena, act_arena;
   std::vector<LayerActs> layer_acts;  // (L)
   GlobalActs acts;
+  // Precision::kBf16 only (empty for kFp32): the parameters rounded to bf16 (the whole arena, in
+  // its layout; the Linear weights and wte are what the matmuls read), and the bf16 activations.
+  Precision precision = Precision::kFp32;
+  Bf16Arena weight16_arena, act16_arena;
+  size_t act16_halves = 0;
+  std::vector<LayerActs16> layer_acts16;  // (L)
+  GlobalActs16 acts16;
+  // The bf16 weights lag the parameters: set by whatever may change the parameters, cleared by
+  // the conversion at the start of the next forward.
+  bool weight16_stale = true;
   std::vector<int32_t> tokens;   // (N) of the last forward, for the embedding's backward
   std::vector<int32_t> targets;  // (N) of the last forward with targets
   ForwardPhase phase = ForwardPhase::kNone;
@@ -132,6 +157,8 @@ struct Gpt2::State {
   }
   int ln_f_weight_index() const { return kFirstBlockParam + config.n_layer * kParamsPerBlock; }
   float* act(size_t offset) { return act_arena.get() + offset; }
+  uint16_t* act16(size_t offset) { return act16_arena.get() + offset; }
+  bool bf16() const { return precision == Precision::kBf16; }
 };
 
 // The parameter list of `config` in export order, with offsets; *arena_floats gets the size of
@@ -142,9 +169,26 @@ std::vector<ParamInfo> gpt2_param_layout(const ModelConfig& config, size_t* aren
 void gpt2_act_layout(const ModelConfig& config, int batch, int seq, std::vector<LayerActs>* layers,
                      GlobalActs* acts, size_t* arena_floats);
 
+// The bf16 activation layout for (batch, seq); *arena_halves gets its size in bf16 elements.
+void gpt2_act16_layout(const ModelConfig& config, int batch, int seq,
+                       std::vector<LayerActs16>* layers, GlobalActs16* acts, size_t* arena_halves);
+
 // The AdamW segments of a parameter layout.
 std::vector<AdamSegment> gpt2_adam_segments(const std::vector<ParamInfo>& params,
                                             size_t arena_floats);
+
+// Mixed precision (model_precision.cc). Each is the f32 path's view when the model is fp32.
+//   The bf16 weights made current: the whole parameter arena rounded, when stale.
+Status gpt2_refresh_weight16(Gpt2::State& s, const ops::Context& ctx);
+//   A matmul's weight, (rows, cols) at `w` in the parameter arena: its bf16 copy in a bf16 model.
+ops::TensorView gpt2_matmul_weight(Gpt2::State& s, float* w, int64_t rows, int64_t cols);
+//   A matmul's input (rows, cols) at `x`: in a bf16 model rounded now into the bf16 activation
+//   arena at `offset16` (where the backward finds it again) and viewed there.
+Result<ops::TensorView> gpt2_matmul_input(Gpt2::State& s, float* x, int64_t rows, int64_t cols,
+                                          size_t offset16, const ops::Context& ctx);
+//   An input saved by gpt2_matmul_input (the same arguments), without converting again.
+ops::TensorView gpt2_saved_matmul_input(Gpt2::State& s, float* x, int64_t rows, int64_t cols,
+                                        size_t offset16);
 
 // `status` with "gpt2 <what> block <layer>: " before its message; OK stays OK without work.
 Status gpt2_in_block(Status status, const char* what, int layer);

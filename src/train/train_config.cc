@@ -106,7 +106,14 @@ Result<TrainConfig> load_train_config(const std::string& path) {
       .read_int("seed", &h.seed)
       .read_int("threads", &h.threads, 1, kThreadsMax)
       .read_int("zero", &h.zero, 0, 1);
+  std::string precision(precision_name(h.precision));
+  std::string grad_reduce(precision_name(h.grad_reduce));
+  train.read_enum("precision", &precision, {"fp32", "bf16"})
+      .read_enum("grad_reduce", &grad_reduce, {"fp32", "bf16"});
   KILN_RETURN_IF_ERROR(doc.finish());
+  // read_enum admitted only the two names.
+  h.precision = *parse_precision(precision);
+  h.grad_reduce = *parse_precision(grad_reduce);
 
   const std::vector<std::string> problems = check_across_keys(config);
   if (!problems.empty()) {
@@ -149,6 +156,18 @@ Status apply_overrides(const TrainOverrides& o, TrainConfig* config) {
     KILN_RETURN_IF_ERROR(check_flag("--zero", *o.zero, 0, 1));
     c.train.zero = *o.zero;
     c.overridden.insert("train.zero");
+  }
+  if (o.precision) {
+    Result<Precision> p = parse_precision(*o.precision);
+    if (!p.ok()) return p.status().with_context("--precision");
+    c.train.precision = *p;
+    c.overridden.insert("train.precision");
+  }
+  if (o.grad_reduce) {
+    Result<Precision> p = parse_precision(*o.grad_reduce);
+    if (!p.ok()) return p.status().with_context("--grad-reduce");
+    c.train.grad_reduce = *p;
+    c.overridden.insert("train.grad_reduce");
   }
   if (o.grad_accum) {
     KILN_RETURN_IF_ERROR(check_flag("--grad-accum", *o.grad_accum, 1, kGradAccumMax));

@@ -197,7 +197,8 @@ Result<TrainSummary> train(const TrainConfig& config, const TrainerOptions& opti
   KILN_RETURN_IF_ERROR(config.model.validate());
   const MomentArenas moment_arenas =
       zero1 ? zero1_moment_arenas(config.model, world) : MomentArenas::whole();
-  KILN_ASSIGN_OR_RETURN(Gpt2 model, Gpt2::create(config.model, h.batch, h.seq, moment_arenas));
+  KILN_ASSIGN_OR_RETURN(Gpt2 model,
+                        Gpt2::create(config.model, h.batch, h.seq, moment_arenas, h.precision));
   model.init_weights(h.seed);
   const ops::BlasInfo blas = ops::blas_info();
   log.info("training", {{"config", config.source},

@@ -35,6 +35,7 @@
 #include <memory>
 #include <span>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include <kiln/base/result.h>
@@ -97,14 +98,29 @@ struct MomentArenas {
   size_t floats = 0;  // each arena's size when !is_whole
 };
 
+// The precision of the matrix products (train.precision). kFp32: everything in f32. kBf16: mixed
+// precision as PyTorch's autocast and llm.c's mainline: the Linear layers and the head multiply
+// bf16 copies of their weights by bf16 copies of their inputs (the forward's activations, the
+// backward's output gradients) into f32 outputs on the CPU's bf16 units (ops/matmul.h); the
+// master weights, their gradients, AdamW's moments, the norms' statistics, attention's softmax,
+// the residual stream, the logits and the loss stay f32. No loss scaling: bf16 has f32's range.
+enum class Precision : uint8_t { kFp32, kBf16 };
+
+std::string_view precision_name(Precision precision);  // "fp32", "bf16"
+// kInvalidArgument naming the text and the accepted values.
+Result<Precision> parse_precision(std::string_view name);
+
 class Gpt2 {
  public:
   // Allocates (and zeroes) parameters, gradients, AdamW moments (as `moments` says) and
   // activations for (batch, seq) once. kInvalidArgument for a bad config or batch < 1, seq < 1,
   // seq > block_size, or a moment share larger than the parameter arena; kUnavailable when the
-  // memory cannot be had (the message gives the bytes).
+  // memory cannot be had (the message gives the bytes). With Precision::kBf16 it also allocates
+  // the bf16 copies of the weights (2 bytes a parameter) and of the matmul inputs; kNotSupported
+  // when this CPU has no bf16 matrix products (ops::matmul: AVX-512).
   static Result<Gpt2> create(const ModelConfig& config, int batch, int seq,
-                             MomentArenas moments = MomentArenas::whole());
+                             MomentArenas moments = MomentArenas::whole(),
+                             Precision precision = Precision::kFp32);
 
   // The floats of each parameter-shaped arena of `config` (params() with alignment gaps and
   // wte's pad rows): what param_data() will hold. REQUIRES config.validate() to be OK.
@@ -121,11 +137,14 @@ class Gpt2 {
   void init_weights(uint64_t seed);
 
   const ModelConfig& config() const;
+  Precision precision() const;
   int batch() const;
   int seq() const;
   const std::vector<ParamInfo>& params() const;  // in the export order
   // The whole arenas (equal sizes; ParamInfo offsets index all three, and the moments when they
-  // are whole). The moments are MomentArenas::floats long when create() was given a share.
+  // are whole). A bf16 model refreshes its bf16 weights from the parameters before the next
+  // forward after any call of the mutable param_data() (or init_weights, adamw_step).
+  // The moments are MomentArenas::floats long when create() was given a share.
   std::span<float> param_data();
   std::span<const float> param_data() const;
   std::span<float> grad_data();

@@ -5,7 +5,8 @@
 //   data: {train: data/sotu/train, val: data/sotu/val}   # relative to the working directory
 //   train: {batch: 8, seq: 256, grad_accum: 1, max_steps: 300, lr: 0.0006, min_lr: 0.00006,
 //           warmup_steps: 30, weight_decay: 0.1, beta1: 0.9, beta2: 0.95, eps: 1.0e-8,
-//           grad_clip: 1.0, val_every: 50, val_batches: 10, seed: 1337, threads: 2}
+//           grad_clip: 1.0, val_every: 50, val_batches: 10, seed: 1337, threads: 2,
+//           precision: fp32, grad_reduce: fp32}
 //
 // Every `model` key and `data.train` are required; each `train` key is optional and defaults to
 // the value above. `data.val` is required while `train.val_batches` > 0 (0 turns validation off).
@@ -70,6 +71,11 @@ struct TrainHyperparams {
   uint64_t seed = 1337;    // weights, data order
   int threads = 2;         // the compute pool (per rank)
   int zero = 0;            // 1: ZeRO-1, AdamW moments sharded across data-parallel ranks
+  // The matrix products' precision (model.h, Precision): fp32, or bf16 with f32 masters.
+  Precision precision = Precision::kFp32;
+  // The gradient all-reduce's wire format between data-parallel ranks: fp32, or bf16 (half the
+  // bytes; each rank's gradients rounded to bf16 before the sum, the sum taken in f32).
+  Precision grad_reduce = Precision::kFp32;
 };
 
 struct TrainConfig {
@@ -87,14 +93,16 @@ Result<TrainConfig> load_train_config(const std::string& path);
 
 // Flags of `kiln train` that replace a config value when given.
 struct TrainOverrides {
-  std::optional<int> max_steps;   // --max-steps
-  std::optional<int> batch;       // --batch
-  std::optional<int> seq;         // --seq
-  std::optional<int> threads;     // --threads
-  std::optional<uint64_t> seed;   // --seed
-  std::optional<int> grad_accum;  // --grad-accum
-  std::optional<int> val_every;   // --val-every
-  std::optional<int> zero;        // --zero
+  std::optional<int> max_steps;            // --max-steps
+  std::optional<int> batch;                // --batch
+  std::optional<int> seq;                  // --seq
+  std::optional<int> threads;              // --threads
+  std::optional<uint64_t> seed;            // --seed
+  std::optional<int> grad_accum;           // --grad-accum
+  std::optional<int> val_every;            // --val-every
+  std::optional<int> zero;                 // --zero
+  std::optional<std::string> precision;    // --precision fp32|bf16
+  std::optional<std::string> grad_reduce;  // --grad-reduce fp32|bf16
 };
 
 // Applies the overrides given, checking each against the key's range and the rules above.
