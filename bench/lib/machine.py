@@ -5,8 +5,14 @@ marketing name such as "AMD EPYC"), and the cache sizes the kernel reports for C
   describe_cpu() -> "AMD EPYC (AuthenticAMD family 26 model 2), L1d 48 KiB, L2 1 MiB, L3 32 MiB"
 
 Reads /proc/cpuinfo and /sys/devices/system/cpu/cpu0/cache/; a part it cannot read is left out.
+
+  cpu_flags() -> {"fpu", ..., "avx512_bf16", "amx_bf16", ...}: lscpu's "Flags:" (the kernel's
+  names, as /proc/cpuinfo's "flags", which it falls back to when lscpu cannot be run).
 """
 import os
+import subprocess
+
+LSCPU_TIMEOUT_S = 30  # lscpu reads /proc and /sys: milliseconds
 
 CACHE_DIR = "/sys/devices/system/cpu/cpu0/cache"
 
@@ -54,6 +60,29 @@ def caches(cache_dir=CACHE_DIR):
             continue
         out.append((f"L{level}" + ("d" if kind == "Data" else ""), nbytes))
     return out
+
+
+def flags_from_lscpu(text):
+    """The set of flags on lscpu's "Flags:" line, or None when it has none."""
+    for line in text.splitlines():
+        key, sep, value = line.partition(":")
+        if sep and key.strip() == "Flags":
+            return set(value.split())
+    return None
+
+
+def cpu_flags(cpuinfo="/proc/cpuinfo"):
+    """The CPU's feature flags: lscpu's, else /proc/cpuinfo's first processor's (an empty set
+    when neither can be read)."""
+    try:
+        r = subprocess.run(["lscpu"], capture_output=True, text=True, timeout=LSCPU_TIMEOUT_S,
+                           env=dict(os.environ, LC_ALL="C"))
+        flags = flags_from_lscpu(r.stdout) if r.returncode == 0 else None
+    except (OSError, subprocess.TimeoutExpired):
+        flags = None
+    if flags is None:
+        flags = set(cpuinfo_fields(cpuinfo).get("flags", "").split())
+    return flags
 
 
 def fmt_bytes(n):

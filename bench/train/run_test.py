@@ -8,9 +8,13 @@ What users rely on: a Kiln safetensors file loads by name with every shape check
 one is named; torch_train.py follows the config and the flags, prints Kiln's JSON fields, and
 starts from --init exactly; the driver computes tokens/s from steps 2..S only, checks Kiln's
 flops_per_token against its own, reports the goals, fails on a failed run and says n/a for a
-missing Kiln. The driver tests run real torch on the real shards for two steps, so the file
+missing Kiln; with --precision bf16, torch_train.py runs its forward under autocast, and the
+driver takes the median of its bf16 peak runs, judges the goals by the CPU's flags, and puts
+its three sides in the table. The driver tests run real torch on the real shards for two steps, so the file
 takes one to two minutes. bench/lib's tests run here too.
 """
+import contextlib
+import io
 import json
 import os
 import struct
@@ -18,6 +22,7 @@ import subprocess
 import sys
 import tempfile
 import unittest
+import unittest.mock
 
 import numpy as np
 import torch
@@ -28,6 +33,7 @@ sys.path.insert(0, HERE)
 sys.path.insert(0, os.path.join(ROOT, "bench", "lib"))
 import driver_testing  # noqa: E402
 import gpt2_torch  # noqa: E402
+import machine  # noqa: E402
 import train_config  # noqa: E402
 # bench/lib's tests (what the driver and torch_train.py rely on) run with this file's.
 from kiln_data_test import LoaderTest, RngTest, ShardTest  # noqa: E402,F401
@@ -192,6 +198,21 @@ class TorchTrainTest(unittest.TestCase):
         _, loss = source(torch.from_numpy(x), torch.from_numpy(y))
         self.assertAlmostEqual(lines[0]["loss"], float(loss), places=5)
 
+    def test_bf16_runs_the_forward_under_autocast(self):
+        _, fp32 = self.train("--max-steps", "2")
+        r, bf16 = self.train("--max-steps", "2", "--precision", "bf16")
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertEqual((fp32[-1]["precision"], bf16[-1]["precision"]), ("fp32", "bf16"))
+        # The same weights and batch: step 1's loss differs only by bf16's rounding of the
+        # matrix products' inputs, which does change it.
+        a, b = fp32[0]["loss"], bf16[0]["loss"]
+        self.assertNotEqual(a, b)
+        self.assertLess(abs(a - b) / a, 0.02)
+        self.assertEqual([x["step"] for x in bf16[:-1]], [1, 2])
+        self.assertIn("val_loss", bf16[1])  # the last step validates, under autocast too
+        r, _ = self.train("--precision", "fp16")
+        self.assertEqual(r.returncode, 2)
+
     def test_bad_flags_and_files(self):
         r, _ = self.train("--seq", "64")  # beyond block_size 32
         self.assertEqual(r.returncode, 2)
@@ -270,6 +291,7 @@ class TorchDdpTest(unittest.TestCase):
 # FAKE_FLOPS (the true count unless a test says otherwise), holding FAKE_RSS_MIB of memory;
 # with --nproc W, W times the tokens and comm_exposed_ms 10 * step; with --ckpt-every N,
 # ckpt_stall_ms 50 on every N-th and the last step.
+# With --precision bf16 every step takes a quarter of the time.
 # bench/lib/driver_testing.py answers --help and version, and fails under FAKE_KILN_FAIL.
 FAKE_TRAIN = """\
     flags = {}
@@ -284,7 +306,7 @@ FAKE_TRAIN = """\
     flops = float(os.environ["FAKE_FLOPS"])
     held = bytearray(int(os.environ.get("FAKE_RSS_MIB", "0")) << 20)
     for step in range(1, steps + 1):
-        ms = 1000.0 * (step + 1)
+        ms = 1000.0 * (step + 1) / (4 if flags.get("--precision") == "bf16" else 1)
         rate = tokens / (ms / 1e3)
         print(json.dumps({"step": step, "loss": 5.0, "lr": 1e-4, "grad_norm": 1.0,
                           "tokens_per_s": rate, "step_ms": ms,
@@ -296,6 +318,48 @@ FAKE_TRAIN = """\
     print(json.dumps({"event": "done", "steps": steps, "train_loss": 5.0, "val_loss": None,
                       "tokens_per_s": 1.0, "peak_rss_bytes": rss}))
     """
+
+
+# The fake `kiln`'s ops-bench: one JSON line whose gflops are the values of FAKE_BF16_GFLOPS
+# (comma-separated) in turn, counted in the file FAKE_COUNTER, and whose dtype is
+# FAKE_BF16_DTYPE (bf16 unless a test says otherwise). Put before FAKE_TRAIN.
+FAKE_OPS_BENCH = """\
+    if args[:1] == ["ops-bench"]:
+        values = [float(x) for x in os.environ.get("FAKE_BF16_GFLOPS", "1000").split(",")]
+        n = 0
+        counter = os.environ.get("FAKE_COUNTER")
+        if counter:
+            if os.path.exists(counter):
+                with open(counter) as fh:
+                    n = int(fh.read())
+            with open(counter, "w") as fh:
+                fh.write(str(n + 1))
+        print(json.dumps({"op": "matmul", "dtype": os.environ.get("FAKE_BF16_DTYPE", "bf16"),
+                          "threads": int(args[args.index("--threads") + 1]), "isa": "avx512",
+                          "gflops": values[n % len(values)]}))
+        sys.exit(0)
+    """
+
+
+def fake_results(rates, rss_mib=100, peaks=None, flops=6):
+    """summarise()-shaped results {item: {side: ...}} from {item: {side: tokens/s or None}};
+    mfu is rate x flops / peaks[side] (GFLOP/s) when a peak is given."""
+    out = {}
+    for name, sides in rates.items():
+        out[name] = {}
+        for side, rate in sides.items():
+            peak = (peaks or {}).get(side)
+            out[name][side] = {"tokens_per_s": rate,
+                               "mfu": rate * flops / (peak * 1e9) if rate and peak else None,
+                               "maxrss_kib": rss_mib * 1024 if rate else None,
+                               "failed": 0 if rate else 1, "samples": [rate], "runs": []}
+    return out
+
+
+def fake_items(models, threads):
+    return [type("I", (), {"model": m, "threads": t, "name": f"{m}-t{t}",
+                           "batch": 8 if m == "tiny" else 1, "seq": 256})
+            for m in models for t in threads]
 
 
 class DriverTest(unittest.TestCase):
@@ -351,6 +415,38 @@ class DriverTest(unittest.TestCase):
         self.assertGreater(report["peaks"]["sgemm"]["2"], 0)
 
     @unittest.skipUnless(os.path.isdir(SHARDS), "run scripts/fetch-data")
+    def test_bf16_quick_run_reaches_the_table(self):
+        self.kiln = driver_testing.write_fake_kiln(
+            self.tmp.name, ["version", "train", "ops-bench"], "kiln fake-2.0",
+            "train: the model exploded", FAKE_OPS_BENCH + FAKE_TRAIN)
+        r, report = self.drive({"FAKE_BF16_GFLOPS": "900,1100,1000",
+                                "FAKE_COUNTER": os.path.join(self.tmp.name, "count")},
+                               "--precision", "bf16", "--quick", "--steps", "3")
+        self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
+        self.assertEqual(report["peaks"]["bf16"], {"1": 1000.0, "2": 1000.0})  # medians
+        sides = report["items"]["tiny-t2"]["sides"]
+        # Steps 2 and 3 take 3 s and 4 s in fp32, a quarter of that in bf16.
+        bf16, fp32 = 2 * 2048 / 1.75, 2 * 2048 / 7.0
+        self.assertAlmostEqual(sides["kiln_bf16"]["tokens_per_s"], bf16)
+        self.assertAlmostEqual(sides["kiln"]["tokens_per_s"], fp32)
+        self.assertAlmostEqual(sides["kiln_bf16"]["mfu"], bf16 * self.TINY_FLOPS / 1e12)
+        torch_rate = sides["torch_bf16"]["tokens_per_s"]
+        self.assertGreater(torch_rate, 0)
+        self.assertEqual(sides["torch_bf16"]["runs"][0]["done"]["precision"], "bf16")
+        self.assertIn(f"| tiny | 8 x 256 | 2 | {bf16:.0f} | {bf16 * self.TINY_FLOPS / 1e12:.1%} "
+                      f"| {fp32:.0f} |", r.stdout)
+        self.assertIn(f"| 4.00x | {bf16 / torch_rate:.2f}x |", r.stdout)
+        self.assertIn("Kiln's, from its MFU: 1.83806e+08 (agrees", r.stdout)
+        self.assertIn("torch_train.py's: the same", r.stdout)
+        self.assertIn("--max-steps 3 --json --peak-gflops 1000.0 --precision bf16",
+                      sides["kiln_bf16"]["runs"][0]["argv"])
+        self.assertIn("--precision bf16", sides["torch_bf16"]["runs"][0]["argv"])
+        self.assertNotIn("--precision", sides["kiln"]["runs"][0]["argv"])
+        kind = self.driver.bf16_cpu_kind(machine.cpu_flags())
+        self.assertIn("do not apply here" if kind is None else
+                      "n/a (gpt2-124m is not in this run)", r.stdout)
+
+    @unittest.skipUnless(os.path.isdir(SHARDS), "run scripts/fetch-data")
     def test_wrong_flop_count_and_failure_are_reported(self):
         r, report = self.drive({"FAKE_FLOPS": str(self.TINY_FLOPS * 1.01)}, "--quick",
                                "--sides", "kiln")
@@ -384,6 +480,220 @@ class DriverTest(unittest.TestCase):
                       lines[2])
         results["gpt2-124m-t2"]["kiln"] = side(200, 1300)  # more memory than torch's
         self.assertIn("not met", d.goal_lines(items, results)[2])
+
+    def parse(self, *argv):
+        """The driver's parse_args on argv, or the exit status it stopped with."""
+        with contextlib.redirect_stderr(io.StringIO()):
+            try:
+                return self.driver.parse_args(list(argv))
+            except SystemExit as e:
+                return e.code
+
+    def test_precision_flag(self):
+        d = self.driver
+        fp32 = self.parse()
+        self.assertEqual((fp32.precision, fp32.side_list, fp32.out),
+                         ("fp32", ["kiln", "torch", "torch_untuned"], d.RESULTS_DEFAULT))
+        bf16 = self.parse("--precision", "bf16")
+        self.assertEqual((bf16.precision, bf16.side_list, bf16.out),
+                         ("bf16", ["kiln_bf16", "kiln", "torch_bf16"], d.RESULTS_BF16_DEFAULT))
+        self.assertEqual((bf16.model_list, bf16.thread_list, bf16.repeats, bf16.steps),
+                         (["tiny", "gpt2-124m"], [1, 2], 3, 4))
+        quick = self.parse("--precision", "bf16", "--quick")
+        self.assertEqual((quick.model_list, quick.thread_list, quick.repeats, quick.steps),
+                         (["tiny"], [2], 1, 2))
+        some = self.parse("--precision", "bf16", "--sides", "torch_bf16,kiln_bf16", "--models",
+                          "gpt2-124m", "--threads", "1", "--repeats", "2")
+        self.assertEqual((some.side_list, some.model_list, some.thread_list, some.repeats),
+                         (["torch_bf16", "kiln_bf16"], ["gpt2-124m"], [1], 2))
+        learning = self.parse("--learning", "--precision", "bf16")
+        self.assertEqual((learning.steps, learning.out), (300, d.LEARNING_BF16_DEFAULT))
+        self.assertEqual(self.parse("--learning", "--precision", "bf16", "--quick").steps, 20)
+        self.assertEqual(self.parse("--learning").out, d.LEARNING_DEFAULT)
+        self.assertTrue(self.parse("--ddp", "--precision", "fp32").ddp)
+        for bad in (["--precision", "fp16"], ["--precision", "bf16", "--ddp"],
+                    ["--precision", "bf16", "--zero-rss"],
+                    ["--precision", "bf16", "--sides", "torch"], ["--sides", "kiln_bf16"],
+                    ["--precision", "bf16", "--threads", "3"]):
+            self.assertEqual(self.parse(*bad), 2, bad)
+
+    def test_bf16_commands_and_peaks_of_each_side(self):
+        d = self.driver
+        config = os.path.join(ROOT, "c.yaml")
+        self.assertEqual(d.side_argv("kiln_bf16", "/k", config, ["--json"]),
+                         ["/k", "train", "c.yaml", "--json", "--precision", "bf16"])
+        self.assertEqual(d.side_argv("kiln", "/k", config, ["--json"]),
+                         ["/k", "train", "c.yaml", "--json"])
+        self.assertEqual(d.side_argv("torch_bf16", "/k", config, ["--json"])[1:],
+                         ["bench/train/torch_train.py", "c.yaml", "--json", "--precision",
+                          "bf16"])
+        peaks = {"sgemm": {1: 100.0, 2: 190.0}, "bf16": {1: 500.0, 2: 990.0}}
+        self.assertEqual([d.side_peak(peaks, s, 2) for s in
+                          ("kiln_bf16", "kiln", "torch_bf16", "torch", "torch_untuned")],
+                         [990.0, 190.0, 990.0, 190.0, 190.0])
+        self.assertIsNone(d.side_peak({"sgemm": {2: 1.0}}, "kiln_bf16", 2))
+        self.assertEqual(d.bf16_peak_argv("/k", 2),
+                         ["/k", "ops-bench", "--op", "matmul", "--dtype", "bf16", "--shape",
+                          "M=2048,N=2048,K=2048", "--pass", "fwd", "--threads", "2", "--iters",
+                          "10", "--json"])
+        argv = d.learning_bf16_argvs("/k", ["configs/tiny.yaml", "--json"],
+                                     os.path.join(ROOT, "build", "i.safetensors"))
+        self.assertEqual(list(argv), ["kiln", "kiln_bf16", "torch_bf16"])
+        self.assertEqual(argv["kiln"], ["/k", "train", "configs/tiny.yaml", "--json"])
+        self.assertEqual(argv["kiln_bf16"], ["/k", "train", "configs/tiny.yaml", "--json",
+                                             "--precision", "bf16"])
+        self.assertEqual(argv["torch_bf16"][1:], ["bench/train/torch_train.py",
+                                                  "configs/tiny.yaml", "--json", "--init",
+                                                  "build/i.safetensors", "--precision", "bf16"])
+
+    def test_bf16_peak_is_the_median_of_its_runs(self):
+        d = self.driver
+        folder = os.path.join(self.tmp.name, "ops")
+        os.makedirs(folder)
+        kiln = driver_testing.write_fake_kiln(folder, ["ops-bench"], "kiln fake-2.0",
+                                              "ops-bench: no oneDNN", FAKE_OPS_BENCH)
+        counter = os.path.join(self.tmp.name, "count")
+        env = {"FAKE_BF16_GFLOPS": "900,5000,1000,100,1100", "FAKE_COUNTER": counter}
+        with unittest.mock.patch.dict(os.environ, env):
+            gflops, facts, why = d.bf16_peaks(kiln, (1, 2), None, runs=5)
+        self.assertIsNone(why)
+        self.assertEqual(gflops, {1: 1000.0, 2: 1000.0})  # not the mean (1620) nor the best
+        self.assertEqual(facts[2], {"samples": [900.0, 5000.0, 1000.0, 100.0, 1100.0],
+                                    "isa": "avx512"})
+        with unittest.mock.patch.dict(os.environ, dict(env, FAKE_BF16_DTYPE="f32")):
+            gflops, _, why = d.bf16_peaks(kiln, (1,), None, runs=2)
+        self.assertEqual(gflops, {})
+        self.assertIn("no bf16 JSON line with gflops", why)
+        with unittest.mock.patch.dict(os.environ, dict(env, FAKE_KILN_FAIL="1")):
+            gflops, _, why = d.bf16_peaks(kiln, (2,), None, runs=2)
+        self.assertEqual(gflops, {})
+        self.assertIn("on 2 thread(s): exit 3: ops-bench: no oneDNN", why)
+        text = d.bf16_peak_text({1: 512.25}, {1: {"isa": "avx512"}})
+        self.assertIn("median of 5 runs): 1 thread 512.2 GFLOP/s (isa avx512), 2 threads n/a "
+                      "GFLOP/s", text)
+
+    def test_bf16_goals_by_cpu(self):
+        d = self.driver
+        amx, avx512 = {"amx_bf16", "amx_tile", "avx512_bf16", "avx512f"}, {"avx512_bf16"}
+        self.assertEqual([d.bf16_cpu_kind(f) for f in (amx, avx512, {"amx_tile", "avx512f"})],
+                         ["amx_bf16", "avx512_bf16", None])
+        items = fake_items(("tiny", "gpt2-124m"), (1, 2))
+        results = fake_results({
+            "tiny-t1": {"kiln_bf16": 900, "kiln": 500, "torch_bf16": 450},
+            "tiny-t2": {"kiln_bf16": 1700, "kiln": 900, "torch_bf16": 800},
+            "gpt2-124m-t1": {"kiln_bf16": 200, "kiln": 70, "torch_bf16": 150},
+            "gpt2-124m-t2": {"kiln_bf16": 330, "kiln": 100, "torch_bf16": 200}})
+        head = "goal, gpt2-124m on this CPU (with amx_bf16): Kiln bf16 >= "
+        lines = d.bf16_goal_lines(amx, items, results)
+        self.assertEqual(lines, [
+            f"{head}3.0x Kiln fp32, each at its better thread count: met (Kiln bf16 330 tok/s "
+            "on 2 thread(s), Kiln fp32 100 on 2: 3.30x)",
+            f"{head}1.5x torch autocast, each at its better thread count: met (Kiln bf16 330 "
+            "tok/s on 2 thread(s), torch autocast 200 on 2: 1.65x)"])
+        # torch autocast's better thread count is its own: 1 thread here.
+        results["gpt2-124m-t1"]["torch_bf16"]["tokens_per_s"] = 250
+        self.assertIn("not met (Kiln bf16 330 tok/s on 2 thread(s), torch autocast 250 on 1: "
+                      "1.32x)", d.bf16_goal_lines(amx, items, results)[1])
+        lines = d.bf16_goal_lines(avx512, items, results)
+        self.assertEqual(lines, [
+            "goal, gpt2-124m on this CPU (with avx512_bf16, no amx_bf16): Kiln bf16 >= 1.4x "
+            "Kiln fp32, each at its better thread count: met (Kiln bf16 330 tok/s on 2 "
+            "thread(s), Kiln fp32 100 on 2: 3.30x)"])
+        results["gpt2-124m-t1"]["kiln"]["tokens_per_s"] = 250
+        self.assertIn(": not met (Kiln bf16 330 tok/s on 2 thread(s), Kiln fp32 250 on 1: "
+                      "1.32x)", d.bf16_goal_lines(avx512, items, results)[0])
+        self.assertIn(": not met (", d.bf16_goal_lines(amx, items, results)[0])
+        self.assertEqual(d.bf16_goal_lines({"avx512f"}, items, results),
+                         ["goals: this CPU has neither amx_bf16 nor avx512_bf16 in lscpu's "
+                          "flags: the bf16 goals do not apply here"])
+        tiny_only = d.bf16_goal_lines(amx, items[:2], results)
+        self.assertEqual(len(tiny_only), 2)
+        self.assertTrue(all(x.endswith(": n/a (gpt2-124m is not in this run)")
+                            for x in tiny_only))
+        for name in ("gpt2-124m-t1", "gpt2-124m-t2"):
+            results[name]["kiln_bf16"]["tokens_per_s"] = None
+        self.assertTrue(d.bf16_goal_lines(avx512, items, results)[0].endswith(
+            ": n/a (not measured)"))
+
+    def test_bf16_table(self):
+        d = self.driver
+        items = fake_items(("tiny",), (2,))
+        results = fake_results({"tiny-t2": {"kiln_bf16": 2000.0, "kiln": 500.0,
+                                            "torch_bf16": 800.0}}, rss_mib=100,
+                               peaks={"kiln_bf16": 1000.0, "kiln": 200.0, "torch_bf16": 1000.0},
+                               flops=1e8)
+        facts = {"date": "2026-12-06", "cpu": "Some Xeon (GenuineIntel family 6 model 143)",
+                 "cpus": 2, "mem_gib": 24, "cpu_flags": ["amx_bf16", "amx_tile", "avx512_bf16"],
+                 "busy_fraction": 0.0, "peaks_others": 0.0, "others_during": 0.0,
+                 "noisy_runs": 0, "runs": 3, "noisy_retries": 1, "repeats": 1, "steps": 2,
+                 "kiln_present": True, "torch_present": True, "kiln": "build/kiln (fake)",
+                 "torch_bf16": "torch 1.13", "flops": ["flops_per_token, tiny: checked"]}
+        peaks = {"sgemm": {1: 100.0, 2: 200.0}, "sgemm_facts": {},
+                 "bf16": {1: 500.0, 2: 1000.0}, "bf16_facts": {2: {"isa": "avx512"}}}
+        command = "bench/train/run --precision bf16 --quick"
+        text = d.bf16_render(command, facts, peaks, items, results, [])
+        lines = text.splitlines()
+        self.assertEqual(lines[3], command)
+        self.assertIn("host: Some Xeon (GenuineIntel family 6 model 143), 2 vCPUs", lines[6])
+        self.assertIn("- bf16 units (lscpu's flags): amx_bf16 yes, avx512_bf16 yes: the AMX "
+                      "goals apply", lines)
+        self.assertIn("1 thread 500.0 GFLOP/s, 2 threads 1000.0 GFLOP/s (isa avx512); **the "
+                      "bf16 sides' MFU (Kiln bf16, torch autocast) is tokens/s x "
+                      "flops_per_token over this bf16 peak**", text)
+        self.assertIn("- flops_per_token, tiny: checked", lines)
+        header = next(x for x in lines if x.startswith("| model |"))
+        self.assertIn("| Kiln bf16 MFU (bf16 peak) | Kiln fp32 tok/s | Kiln fp32 MFU (sgemm "
+                      "peak) | torch autocast tok/s | torch autocast MFU (bf16 peak) |", header)
+        # MFU: 2000 x 1e8 / 1e12, 500 x 1e8 / 2e11, 800 x 1e8 / 1e12.
+        self.assertIn("| tiny | 8 x 256 | 2 | 2000 | 20.0% | 500 | 25.0% | 800 | 8.0% | 4.00x | "
+                      "2.50x | 100 MiB | 100 MiB | 100 MiB |", lines)
+        self.assertEqual(len(header.split("|")), len(lines[lines.index(header) + 2].split("|")))
+        self.assertIn("- goal, gpt2-124m on this CPU (with amx_bf16): Kiln bf16 >= 3.0x Kiln "
+                      "fp32, each at its better thread count: n/a (gpt2-124m is not in this "
+                      "run)", lines)
+        self.assertNotIn("## Failures", text)
+        # torch autocast failed, on a CPU without bf16 units.
+        results = fake_results({"tiny-t2": {"kiln_bf16": 2000.0, "kiln": 500.0,
+                                            "torch_bf16": None}})
+        text = d.bf16_render(command, dict(facts, cpu_flags=["avx512f"]), peaks, items, results,
+                             ["torch_bf16 tiny-t2: exit 1: boom"])
+        self.assertIn("| 2000 | - | 500 | - | failed | - | 4.00x | - | 100 MiB | 100 MiB | - |",
+                      text)
+        self.assertIn("amx_bf16 no, avx512_bf16 no: no bf16 goal applies", text)
+        self.assertIn("the bf16 goals do not apply here", text)
+        self.assertIn("## Failures\n\n- FAILED: torch_bf16 tiny-t2: exit 1: boom", text)
+        # No tuned environment: torch autocast's cells say n/a.
+        text = d.bf16_render(command, dict(facts, torch_present=False), peaks, items, results,
+                             [])
+        self.assertIn("| 2000 | - | 500 | - | n/a | - |", text)
+
+    def test_learning_bf16_lines(self):
+        d = self.driver
+        curves = {"kiln": {50: 6.0, 100: 5.0}, "kiln_bf16": {50: 6.06, 100: 5.05},
+                  "torch_bf16": {100: 4.9}}
+        first = {"kiln": 10.9, "kiln_bf16": 10.91, "torch_bf16": 10.9}
+        last = {s: c[100] for s, c in curves.items()}
+        lines, within = d.learning_bf16_lines(curves, first, last)
+        self.assertTrue(within)
+        self.assertIn("| 50 | 6.0000 | 6.0600 | - | +1.00% | - | - |", lines)
+        self.assertIn("| 100 | 5.0000 | 5.0500 | 4.9000 | +1.00% | -2.00% | -2.97% |", lines)
+        self.assertIn("Kiln fp32 10.900000, Kiln bf16 10.910000 (+9.2e-04 relative)",
+                      "\n".join(lines))
+        self.assertIn("- last validation loss, Kiln bf16 against Kiln fp32 (the issue's "
+                      "criterion): Kiln fp32 5.0000, Kiln bf16 5.0500: +1.00%, within 2%", lines)
+        self.assertIn("- torch autocast's last validation loss: 4.9000: -2.00% from Kiln fp32, "
+                      "-2.97% from Kiln bf16", lines)
+        for value, text in ((5.11, "+2.20%, NOT within 2%"), (4.89, "-2.20%, NOT within 2%")):
+            lines, within = d.learning_bf16_lines(curves, first, dict(last, kiln_bf16=value))
+            self.assertFalse(within)
+            self.assertIn(text, "\n".join(lines))
+        lines, within = d.learning_bf16_lines(curves, dict(first, kiln_bf16=None),
+                                              dict(last, kiln_bf16=None, torch_bf16=None))
+        self.assertIsNone(within)
+        self.assertIn("- last validation loss, Kiln bf16 against Kiln fp32: n/a (a side has "
+                      "none)", lines)
+        self.assertIn("- torch autocast's last validation loss: n/a", lines)
+        self.assertFalse(any(x.startswith("- step 1") for x in lines))
 
     def test_ddp_figures_and_goals(self):
         d = self.driver

@@ -4,7 +4,7 @@ same flags and the same JSON lines, so bench/train/run can put the two side by s
 
   /usr/bin/python3 bench/train/torch_train.py CONFIG.yaml [--max-steps N] [--batch B]
       [--seq T] [--threads T] [--seed S] [--grad-accum K] [--val-every N] [--init FILE]
-      [--peak-gflops X] [--attention sdpa|manual] [--json]
+      [--peak-gflops X] [--attention sdpa|manual] [--precision fp32|bf16] [--json]
 
 - Model: bench/train/gpt2_torch.py, float32. --init loads a Kiln safetensors file (e.g. from
   `kiln export CONFIG --seed S`, so both sides start from the same weights); without it the
@@ -21,15 +21,21 @@ same flags and the same JSON lines, so bench/train/run can put the two side by s
   on CPU is PyTorch 1.13 unfused math attention: there is no fused CPU kernel behind it),
   zero_grad(set_to_none=True), foreach AdamW; the environment (tcmalloc, the OpenMP OpenBLAS,
   OMP_NUM_THREADS) is the driver's to set.
+- --precision bf16: PyTorch's CPU mixed precision as users run it. The model, its gradients and
+  AdamW's state stay float32; each forward and its loss (training and validation) run under
+  torch.autocast("cpu", dtype=torch.bfloat16), which runs the matrix products (Linear, the
+  attention's matmuls) in bfloat16 and the ops on its float32 list in float32; the backward
+  and the optimizer step run outside it. fp32 (the default): no autocast.
 
 Output (--json): one line per step {"step","loss","lr","grad_norm","tokens_per_s","step_ms",
 "mfu"} (+ "val_loss"), then {"event":"done","steps","train_loss","val_loss","tokens_per_s"
 (over the steps after the first),"peak_rss_bytes"} plus what the driver checks: "torch",
 "torch_threads", "blas", "blas_threading", "tcmalloc", "flops_per_token", "num_params",
-"attention". mfu is null without --peak-gflops. Without --json: a line per step.
+"attention", "precision". mfu is null without --peak-gflops. Without --json: a line per step.
 Exit status: 0 on success, 2 on bad flags or config, 1 when training failed.
 """
 import argparse
+import contextlib
 import json
 import math
 import os
@@ -50,6 +56,7 @@ from torch_env import blas_facts  # noqa: E402
 KIB = 1024
 # The flags that override a `train:` key of the config, as `kiln train`'s.
 OVERRIDES = ("max-steps", "batch", "seq", "threads", "seed", "grad-accum", "val-every")
+PRECISIONS = ("fp32", "bf16")  # kiln train --precision's
 
 
 def parse_args(argv):
@@ -63,6 +70,9 @@ def parse_args(argv):
                    help="the machine's peak for MFU (default: no MFU)")
     p.add_argument("--attention", choices=sorted(gpt2_torch.ATTENTION),
                    default=gpt2_torch.DEFAULT_ATTENTION)
+    p.add_argument("--precision", choices=PRECISIONS, default="fp32",
+                   help="fp32, or bf16: the forward and the loss under CPU autocast to bfloat16 "
+                        "(float32 weights, gradients and optimizer state)")
     p.add_argument("--json", action="store_true")
     args = p.parse_args(argv)
     if args.peak_gflops < 0 or not math.isfinite(args.peak_gflops):
@@ -76,14 +86,23 @@ def parse_args(argv):
     return args
 
 
-def validation_loss(model, loader, batches):
+def autocast(precision):
+    """The context a forward and its loss run in: CPU autocast to bfloat16 for bf16, nothing
+    for fp32."""
+    if precision == "bf16":
+        return torch.autocast("cpu", dtype=torch.bfloat16)
+    return contextlib.nullcontext()
+
+
+def validation_loss(model, loader, batches, precision):
     loader.rewind()
     total = 0.0
     model.eval()
     with torch.no_grad():
         for _ in range(batches):
             inputs, targets = loader.next()
-            _, loss = model(torch.from_numpy(inputs), torch.from_numpy(targets))
+            with autocast(precision):
+                _, loss = model(torch.from_numpy(inputs), torch.from_numpy(targets))
             total += loss.item()
     model.train()
     return total / batches
@@ -134,8 +153,9 @@ def train(args):
         loss_sum = 0.0
         for _ in range(h["grad_accum"]):
             inputs, targets = train_loader.next()
-            _, micro = model(torch.from_numpy(inputs), torch.from_numpy(targets))
-            (micro / h["grad_accum"]).backward()
+            with autocast(args.precision):
+                _, micro = model(torch.from_numpy(inputs), torch.from_numpy(targets))
+            (micro / h["grad_accum"]).backward()  # outside autocast, as its documentation says
             loss_sum += micro.item()
         grad_norm, lr = gpt2_torch.clip_and_step(model, optimizer, hyper, step)
         step_s = max(time.perf_counter() - t0, 1e-9)
@@ -152,7 +172,7 @@ def train(args):
         text = (f"step {step}/{h['max_steps']} | loss {loss:.4f} | lr {lr:.3g} | "
                 f"{tokens_per_s:.0f} tok/s | {step_s * 1e3:.0f} ms/step")
         if validates_at(h, step):
-            val = validation_loss(model, val_loader, h["val_batches"])
+            val = validation_loss(model, val_loader, h["val_batches"], args.precision)
             line["val_loss"] = val
             text += f" | val {val:.4f}"
         emit(args, line, text)
@@ -168,7 +188,7 @@ def train(args):
             "peak_rss_bytes": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * KIB,
             "torch": torch.__version__, "torch_threads": torch.get_num_threads(),
             "flops_per_token": flops_per_token, "num_params": cfg.num_params,
-            "attention": args.attention, **blas_facts()}
+            "attention": args.attention, "precision": args.precision, **blas_facts()}
     emit(args, done, f"done: {steps} steps, train loss {loss:.4f}, val loss {val:.4f}, "
          f"{mean_rate:.0f} tok/s, peak RSS {done['peak_rss_bytes'] / 2**20:.0f} MiB")
     return 0

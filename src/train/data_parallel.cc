@@ -6,6 +6,7 @@
 #include <cmath>
 
 #include <kiln/base/check.h>
+#include <kiln/ops/convert.h>
 #include <kiln/ops/optimizer.h>
 #include <kiln/ops/tensor.h>
 
@@ -69,9 +70,12 @@ std::vector<GradBucket> plan_buckets(const std::vector<GradBucket>& blocks,
 }
 
 GradAllreducer::GradAllreducer(comm::Communicator* comm, std::span<float> grads,
-                               std::vector<GradBucket> buckets)
-    : comm_(comm), grads_(grads), buckets_(std::move(buckets)) {
+                               std::vector<GradBucket> buckets, Precision wire,
+                               const ops::Context* ctx)
+    : comm_(comm), grads_(grads), buckets_(std::move(buckets)), wire_(wire), ctx_(ctx) {
+  KILN_CHECK(wire_ == Precision::kFp32 || ctx_ != nullptr) << "a bf16 wire needs a Context";
   pending_.reserve(buckets_.size());
+  if (wire_ == Precision::kBf16) staging_.resize(grads_.size());
 }
 
 void GradAllreducer::on_block_done(int block) {
@@ -79,8 +83,18 @@ void GradAllreducer::on_block_done(int block) {
   while (next_ < buckets_.size() && buckets_[next_].ready_after_block >= block) {
     const GradBucket& b = buckets_[next_++];
     float* data = grads_.data() + b.offset;
+    if (wire_ == Precision::kFp32) {
+      pending_.push_back(
+          comm_->allreduce(data, data, b.count, comm::DataType::kF32, comm::ReduceOp::kAvg));
+      continue;
+    }
+    uint16_t* wire = staging_.data() + b.offset;
+    const auto n = static_cast<int64_t>(b.count);
+    Status s = ops::convert_f32_to_bf16(ops::TensorView::f32(data, {n}),
+                                        ops::TensorView::of(wire, ops::DType::kBF16, {n}), *ctx_);
+    if (!s.ok() && convert_status_.ok()) convert_status_ = s.with_context("bf16 gradient bucket");
     pending_.push_back(
-        comm_->allreduce(data, data, b.count, comm::DataType::kF32, comm::ReduceOp::kAvg));
+        comm_->allreduce(wire, wire, b.count, comm::DataType::kBF16, comm::ReduceOp::kAvg));
   }
 }
 
@@ -92,6 +106,17 @@ Status GradAllreducer::finish(double* exposed_ms) {
     Status s = w.wait();
     if (first.ok() && !s.ok()) first = s;
   }
+  if (first.ok()) first = convert_status_;
+  if (first.ok() && wire_ == Precision::kBf16) {
+    for (const GradBucket& b : buckets_) {
+      const auto n = static_cast<int64_t>(b.count);
+      first = ops::convert_bf16_to_f32(
+          ops::TensorView::of(staging_.data() + b.offset, ops::DType::kBF16, {n}),
+          ops::TensorView::f32(grads_.data() + b.offset, {n}), *ctx_);
+      if (!first.ok()) break;
+    }
+  }
+  convert_status_ = Status();
   pending_.clear();
   next_ = 0;
   if (exposed_ms != nullptr) *exposed_ms = elapsed_ms(start);

@@ -58,9 +58,18 @@ std::vector<GradBucket> plan_buckets(const std::vector<GradBucket>& blocks,
                                      size_t bucket_bytes_min);
 
 // Overlaps the gradient allreduce with the backward. One per training run; reused every step.
+//
+// The wire format (train.grad_reduce): f32, or bf16, half the bytes: a bucket is rounded into a
+// bf16 staging arena (one bf16 per gradient element, allocated once) when it is submitted,
+// all-reduced there in bf16 (kiln_comm adds two bf16 values in f32 and rounds the sum to bf16, at
+// every hop, as NCCL does), and widened back into the f32 gradients in finish(). As PyTorch DDP's
+// bf16 compression hook: each rank's gradient and each partial sum lose their low 16 bits.
 class GradAllreducer {
  public:
-  GradAllreducer(comm::Communicator* comm, std::span<float> grads, std::vector<GradBucket> buckets);
+  // `ctx` runs the bf16 conversions (the training Context: its pool is idle between ops); it is
+  // used only with a bf16 wire and must outlive the reducer.
+  GradAllreducer(comm::Communicator* comm, std::span<float> grads, std::vector<GradBucket> buckets,
+                 Precision wire = Precision::kFp32, const ops::Context* ctx = nullptr);
 
   // Called by the model's backward hook: submits every bucket that became final at `block`.
   // Submission failures surface in finish().
@@ -77,6 +86,10 @@ class GradAllreducer {
   comm::Communicator* comm_;
   std::span<float> grads_;
   std::vector<GradBucket> buckets_;
+  Precision wire_;
+  const ops::Context* ctx_;
+  std::vector<uint16_t> staging_;    // bf16 wire: one element per gradient element
+  Status convert_status_;            // the first conversion failure of this step
   std::vector<comm::Work> pending_;  // one per bucket, reserved up front
   size_t next_ = 0;                  // first bucket not yet submitted
 };

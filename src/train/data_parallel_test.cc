@@ -3,6 +3,7 @@
 #include "train/data_parallel.h"
 
 #include <cmath>
+#include <cstring>
 #include <string>
 #include <vector>
 
@@ -106,6 +107,60 @@ TEST(DataParallelTest, OverlappedAllreduceAveragesEveryBucket) {
     for (size_t i = 0; i < total; i += 97) {
       ASSERT_EQ(grads[rank][i], 2.0f * i) << "rank " << rank << " element " << i;
     }
+  }
+}
+
+// bf16 on the wire: every rank's gradient rounded to bf16 and the partial sums rounded at each
+// hop, so the result is a bf16 value (its low 16 bits zero) within a few bf16 roundings of the
+// mean of the rounded gradients, the same on every rank; reused across steps, as the f32 one.
+TEST(DataParallelTest, ABf16WireAveragesTheRoundedGradients) {
+  comm::testing::ClusterSpec spec;
+  spec.world_size = 3;
+  auto cluster = comm::testing::ThreadCluster::create(spec);
+  ASSERT_TRUE(cluster.ok()) << cluster.status().to_string();
+  const Layout a = layout(3, 5000);
+  const size_t total = a.total;
+  const auto value = [](int rank, size_t i) {
+    return std::sin(0.37f * static_cast<float>(i) + static_cast<float>(rank)) * 1.001f;
+  };
+  const auto round_bf16 = [](float f) {  // nearest even; finite inputs
+    uint32_t u;
+    std::memcpy(&u, &f, sizeof u);
+    u = (u + 0x7FFFu + ((u >> 16) & 1u)) & 0xFFFF0000u;
+    float r;
+    std::memcpy(&r, &u, sizeof r);
+    return r;
+  };
+  std::vector<std::vector<float>> grads(3, std::vector<float>(total));
+  ops::Context ctx;  // no pool: each rank converts on its own thread
+  ctx.isa = ops::supported_isas().back();
+  std::vector<Status> st = (*cluster)->run([&](int rank) -> Status {
+    GradAllreducer reducer(&(*cluster)->comm(rank), grads[rank], plan_buckets(a.blocks, 4096),
+                           Precision::kBf16, &ctx);
+    for (int step = 0; step < 2; ++step) {
+      for (size_t i = 0; i < total; ++i)
+        grads[rank][i] = value(rank, i);
+      for (int block = 2; block >= -1; --block)
+        reducer.on_block_done(block);
+      KILN_RETURN_IF_ERROR(reducer.finish(nullptr));
+    }
+    return Status();
+  });
+  for (const Status& s : st)
+    ASSERT_TRUE(s.ok()) << s.to_string();
+  for (size_t i = 0; i < total; ++i) {
+    double mean = 0, magnitude = 0;
+    for (int rank = 0; rank < 3; ++rank) {
+      mean += round_bf16(value(rank, i)) / 3.0;
+      magnitude += std::fabs(round_bf16(value(rank, i))) / 3.0;
+    }
+    const float got = grads[0][i];
+    EXPECT_EQ(round_bf16(got), got) << "element " << i << " is not a bf16 value: the wire was f32";
+    // Two hops and the division each round once: 3 x 2^-8 of the magnitude (2 of 3 partial sums
+    // are at most 2x the mean magnitude), with room.
+    ASSERT_LE(std::fabs(got - mean), 4 * std::ldexp(magnitude, -8) + 1e-30) << "element " << i;
+    for (int rank = 1; rank < 3; ++rank)
+      ASSERT_EQ(grads[rank][i], got) << "rank " << rank << " element " << i;
   }
 }
 

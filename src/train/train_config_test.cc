@@ -219,5 +219,37 @@ TEST(TrainConfigTest, BadOverrideNamesItsFlagAndChangesNothing) {
   }
 }
 
+TEST(TrainConfigTest, PrecisionAndGradReduceAreFp32OrBf16) {
+  Result<TrainConfig> c = load_train_config(write_config(kGood));
+  ASSERT_TRUE(c.ok());
+  EXPECT_EQ(c->train.precision, Precision::kFp32);
+  EXPECT_EQ(c->train.grad_reduce, Precision::kFp32);
+  c = load_train_config(
+      write_config(edited("  seed: 7\n", "  seed: 7\n  precision: bf16\n  grad_reduce: bf16\n")));
+  ASSERT_TRUE(c.ok()) << c.status().to_string();
+  EXPECT_EQ(c->train.precision, Precision::kBf16);
+  EXPECT_EQ(c->train.grad_reduce, Precision::kBf16);
+  // A value that is neither names the file, line and key.
+  const Status s = load_error(edited("  seed: 7\n", "  seed: 7\n  precision: fp16\n"));
+  EXPECT_TRUE(s.is_invalid_argument());
+  EXPECT_NE(s.message().find(":17:"), std::string::npos) << s.message();
+  EXPECT_NE(s.message().find("precision"), std::string::npos) << s.message();
+  EXPECT_NE(s.message().find("fp16"), std::string::npos) << s.message();
+  // The flags, by name.
+  TrainOverrides o;
+  o.precision = "bf16";
+  o.grad_reduce = "bf16";
+  c = load_train_config(write_config(kGood));
+  ASSERT_TRUE(apply_overrides(o, &*c).ok());
+  EXPECT_EQ(c->train.precision, Precision::kBf16);
+  EXPECT_TRUE(c->overridden.contains("train.precision"));
+  EXPECT_TRUE(c->overridden.contains("train.grad_reduce"));
+  o.precision = "half";
+  const Status bad = apply_overrides(o, &*c);
+  EXPECT_NE(bad.message().find("--precision: 'half' is not a precision: fp32 or bf16"),
+            std::string::npos)
+      << bad.message();
+}
+
 }  // namespace
 }  // namespace kiln::train

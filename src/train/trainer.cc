@@ -26,6 +26,7 @@
 #include <optional>
 #include <ostream>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "train/data_parallel.h"
@@ -153,6 +154,12 @@ Result<TrainSummary> train(const TrainConfig& config, const TrainerOptions& opti
   const int world = comm != nullptr ? comm->world_size() : 1;
   const bool zero1 = comm != nullptr && h.zero == 1;
   std::ostream* out = rank == 0 ? options.out : nullptr;
+  if (h.zero == 1 && h.grad_reduce == Precision::kBf16) {
+    return Status::invalid_argument(
+        config.source +
+        ": train.grad_reduce bf16 is for plain data parallelism (train.zero 0): ZeRO-1 "
+        "reduce-scatters its gradients in f32");
+  }
   if (!options.debug_dump_dir.empty() && world > 1) {
     return Status::invalid_argument("--debug-dump records a single process's run, not " +
                                     std::to_string(world) + " ranks");
@@ -232,9 +239,10 @@ Result<TrainSummary> train(const TrainConfig& config, const TrainerOptions& opti
 
   double peak_gflops = options.peak_gflops;
   if (peak_gflops <= 0) {
-    KILN_ASSIGN_OR_RETURN(peak_gflops, measure_peak_gflops(ctx));
-    log.info("peak FLOP/s for MFU measured by an sgemm probe on the training threads",
+    KILN_ASSIGN_OR_RETURN(peak_gflops, measure_peak_gflops(ctx, h.precision));
+    log.info("peak FLOP/s for MFU measured by a matmul probe on the training threads",
              {{"gflops", peak_gflops},
+              {"precision", precision_name(h.precision)},
               {"threads", h.threads},
               {"probe_s", kPeakProbeSeconds},
               {"override", "--peak-gflops"}});
@@ -258,7 +266,8 @@ Result<TrainSummary> train(const TrainConfig& config, const TrainerOptions& opti
       const BlockRange r = model.block_range(l);
       blocks.push_back({r.offset, r.count, l});
     }
-    reducer.emplace(comm, model.grad_data(), plan_buckets(blocks, options.bucket_bytes_min));
+    reducer.emplace(comm, model.grad_data(), plan_buckets(blocks, options.bucket_bytes_min),
+                    h.grad_reduce, &ctx);
     block_done = [&reducer](int l) { reducer->on_block_done(l); };
   } else if (zero1) {
     std::vector<DecayRange> ranges;
@@ -370,7 +379,16 @@ Result<TrainSummary> train(const TrainConfig& config, const TrainerOptions& opti
       if (step == 1) dump->record_grads(model);
     }
     r.lr = learning_rate(schedule, step);
-    if (sharded) {
+    // The overflow and NaN check of every step (bf16 has f32's range, so no loss scaling: a
+    // non-finite loss or gradient norm is a diverged run, not a step to skip). A non-finite
+    // loss is caught before the update; a non-finite norm before the update here, after it
+    // under ZeRO-1 (ShardedAdamW computes the norm inside its step). Either way the step is
+    // reported, not validated and not checkpointed, and the run stops: the last checkpoint
+    // stays the last good one.
+    const bool loss_finite = std::isfinite(r.loss);
+    if (!loss_finite) {
+      r.grad_norm = std::numeric_limits<double>::quiet_NaN();
+    } else if (sharded) {
       const int64_t z0 = monotonic_now_ns();
       const AdamWSettings zs{adamw.beta1, adamw.beta2, adamw.eps, adamw.weight_decay};
       Status s = sharded->step(model.param_data(), model.grad_data(), zs, static_cast<float>(r.lr),
@@ -381,9 +399,12 @@ Result<TrainSummary> train(const TrainConfig& config, const TrainerOptions& opti
       KILN_ASSIGN_OR_RETURN(r.grad_norm, model.grad_norm(ctx));
       const float grad_scale =
           h.grad_clip > 0 ? ops::grad_clip_scale(r.grad_norm, h.grad_clip) : 1.0f;
-      KILN_RETURN_IF_ERROR(
-          model.adamw_step(adamw, static_cast<float>(r.lr), step, grad_scale, ctx));
+      if (std::isfinite(r.grad_norm)) {
+        KILN_RETURN_IF_ERROR(
+            model.adamw_step(adamw, static_cast<float>(r.lr), step, grad_scale, ctx));
+      }
     }
+    const bool diverged = !loss_finite || !std::isfinite(r.grad_norm);
     r.comm_exposed_ms = comm_exposed_ms;
     const int64_t t1 = monotonic_now_ns();
 
@@ -401,7 +422,7 @@ Result<TrainSummary> train(const TrainConfig& config, const TrainerOptions& opti
           {{"step", step}, {"mfu", r.mfu}, {"peak_gflops", peak_gflops}});
       warned_mfu = true;
     }
-    if (validates_at(h, step) || (step == last_step && h.val_batches > 0)) {
+    if (!diverged && (validates_at(h, step) || (step == last_step && h.val_batches > 0))) {
       Result<float> val =
           validation_loss(&*val_loader, h.val_batches, &model, inputs, targets, ctx, comm);
       if (!val.ok())
@@ -411,13 +432,13 @@ Result<TrainSummary> train(const TrainConfig& config, const TrainerOptions& opti
       summary.val_loss = *val;
     }
     auto save_checkpoint = [&]() -> Result<double> {
-      Result<double> stall = checkpoints->save(step, config, model.param_data(), adam_m, adam_v,
-                                               moments, train_loader->position());
+      Result<double> stall = checkpoints->save(step, config, std::as_const(model).param_data(),
+                                               adam_m, adam_v, moments, train_loader->position());
       if (!stall.ok())
         return stall.status().with_context("checkpoint after step " + std::to_string(step));
       return stall;
     };
-    if (checkpoints && checkpoints->due(step, last_step)) {
+    if (!diverged && checkpoints && checkpoints->due(step, last_step)) {
       KILN_ASSIGN_OR_RETURN(r.ckpt_stall_ms, save_checkpoint());
     }
     summary.steps = step;
@@ -434,9 +455,15 @@ Result<TrainSummary> train(const TrainConfig& config, const TrainerOptions& opti
     progress.update(r, eta_s, now_ns);
     metrics.record(r);
     if (on_step) on_step(r);
-    if (!std::isfinite(r.loss)) {
+    if (!loss_finite) {
       return Status::aborted("step " + std::to_string(step) + ": training loss is " +
                              std::to_string(r.loss) + ": the run diverged (try a lower train.lr)");
+    }
+    if (diverged) {
+      return Status::aborted("step " + std::to_string(step) + ": the gradient norm is " +
+                             std::to_string(r.grad_norm) +
+                             " (an overflow or NaN in the backward): the run diverged (try a "
+                             "lower train.lr)");
     }
     // After the callback, so a callback's request stops the run after its own step. The last
     // step ends the run anyway: no collective there, on any rank.

@@ -16,7 +16,8 @@ list(APPEND KILN_TRAIN_TESTS
   ${CMAKE_CURRENT_SOURCE_DIR}/trainer_checkpoint_test.cc
   ${CMAKE_CURRENT_SOURCE_DIR}/trainer_output_test.cc
   ${CMAKE_CURRENT_SOURCE_DIR}/sampler_test.cc
-  ${CMAKE_CURRENT_SOURCE_DIR}/trainer_test.cc)
+  ${CMAKE_CURRENT_SOURCE_DIR}/trainer_test.cc
+  ${CMAKE_CURRENT_SOURCE_DIR}/trainer_precision_test.cc)
 
 # A step allocates nothing: the test replaces the global operator new to count, which would touch
 # every other test of a shared binary, hence a binary of its own (as model_alloc's).

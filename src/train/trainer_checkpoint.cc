@@ -346,6 +346,9 @@ Result<double> TrainerCheckpoints::save(int64_t step, const TrainConfig& config,
       {"seed", config.train.seed},
       {"model_hash", model_hash(config.model)},
       {"zero", layout.sharded()},
+      // For people: the parameters are the f32 masters whatever the precision, and a run may
+      // resume in another precision than it saved in.
+      {"precision", std::string(precision_name(config.train.precision))},
       {"loader", {{"epoch", position.epoch}, {"window", position.window}}},
   };
   ckpt::SaveRequest request;

@@ -2,6 +2,7 @@
 #include "train/trainer_metrics.h"
 
 #include <kiln/base/clock.h>
+#include <kiln/ops/convert.h>
 #include <kiln/ops/matmul.h>
 
 #include <algorithm>
@@ -57,10 +58,11 @@ void TrainMetrics::record(const StepReport& r) {
   step_seconds_.Observe(r.step_ms * 1e-3);
 }
 
-Result<double> measure_peak_gflops(const ops::Context& ctx, double seconds) {
+Result<double> measure_peak_gflops(const ops::Context& ctx, Precision precision, double seconds) {
   constexpr int64_t n = kProbeDim;
   std::vector<float> x(n * n), w(n * n), y(n * n);
-  // Values of moderate size: denormals or infinities would slow sgemm or flag nothing.
+  // Values of moderate size: denormals or infinities would slow sgemm or flag nothing. Both are
+  // exact in bf16 (a few significant bits).
   for (int64_t i = 0; i < n * n; ++i) {
     x[i] = static_cast<float>(i % 7) * 0.125f;
     w[i] = static_cast<float>(i % 5) * 0.25f;
@@ -69,6 +71,16 @@ Result<double> measure_peak_gflops(const ops::Context& ctx, double seconds) {
   p.x = ops::TensorView::f32(x.data(), {n, n});
   p.w = ops::TensorView::f32(w.data(), {n, n});
   p.y = ops::TensorView::f32(y.data(), {n, n});
+  std::vector<uint16_t> x16, w16;
+  if (precision == Precision::kBf16) {
+    x16.resize(x.size()), w16.resize(w.size());
+    KILN_RETURN_IF_ERROR(ops::convert_f32_to_bf16(
+        p.x, ops::TensorView::of(x16.data(), ops::DType::kBF16, {n, n}), ctx));
+    KILN_RETURN_IF_ERROR(ops::convert_f32_to_bf16(
+        p.w, ops::TensorView::of(w16.data(), ops::DType::kBF16, {n, n}), ctx));
+    p.x = ops::TensorView::of(x16.data(), ops::DType::kBF16, {n, n});
+    p.w = ops::TensorView::of(w16.data(), ops::DType::kBF16, {n, n});
+  }
   KILN_RETURN_IF_ERROR(ops::matmul_forward(p, ctx));  // warm-up: page faults, thread wake-up
   const double flops = 2.0 * static_cast<double>(n) * n * n;
   double best = 0;

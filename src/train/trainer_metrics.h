@@ -46,9 +46,11 @@ class TrainMetrics {
 // short enough not to delay the start noticeably.
 inline constexpr double kPeakProbeSeconds = 0.5;
 
-// The best GFLOP/s of a square f32 matmul (ops::matmul_forward: OpenBLAS sgemm split over
-// ctx's pool, as the model's layers run) repeated for about `seconds`.
-Result<double> measure_peak_gflops(const ops::Context& ctx, double seconds = kPeakProbeSeconds);
+// The best GFLOP/s of a square matmul (ops::matmul_forward split over ctx's pool, as the model's
+// layers run) repeated for about `seconds`: with f32 inputs (the GEMM library's sgemm), or bf16
+// ones (oneDNN's bf16 matmul) for a bf16 model, whose MFU is against the bf16 peak.
+Result<double> measure_peak_gflops(const ops::Context& ctx, Precision precision = Precision::kFp32,
+                                   double seconds = kPeakProbeSeconds);
 
 }  // namespace kiln::train
 
