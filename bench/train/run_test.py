@@ -338,7 +338,7 @@ FAKE_OPS_BENCH = """\
                           "threads": int(args[args.index("--threads") + 1]), "isa": "avx512",
                           "gflops": values[n % len(values)]}))
         sys.exit(0)
-    """
+"""
 
 
 def fake_results(rates, rss_mib=100, peaks=None, flops=6):

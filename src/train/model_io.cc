@@ -1,7 +1,8 @@
 // save_weights / load_weights: the model's parameters as a safetensors file (the export format
 // of include/kiln/train/model.h), through kiln_ckpt's reader and writer.
 //
-// File = every ParamInfo in export order, F32, its export shape (wte without its pad rows), plus
+// File = every ParamInfo in export order, F32 (or all BF16), its export shape (wte without its
+// pad rows), plus
 // __metadata__ {format: "kiln-gpt2", n_layer, n_head, n_embd, block_size, vocab_size}. Loading is
 // strict: the tensor set must be exactly the model's, each F32 with the model's shape, and the
 // metadata's config fields (those present) must equal the model's; everything is checked before
@@ -15,6 +16,7 @@
 #include <vector>
 
 #include <kiln/ckpt/safetensors.h>
+#include <kiln/ops/convert.h>
 
 #include "train/model_state.h"
 
@@ -39,12 +41,12 @@ std::string shape_string(const std::vector<int64_t>& shape) {
   return out + "]";
 }
 
-// `entry` is the tensor `p` describes: F32 and p's shape.
+// `entry` is the tensor `p` describes: F32 or BF16, and p's shape.
 Status check_entry(const std::string& path, const ParamInfo& p, const ckpt::TensorEntry& entry) {
-  if (entry.dtype != ckpt::DType::kF32) {
+  if (entry.dtype != ckpt::DType::kF32 && entry.dtype != ckpt::DType::kBF16) {
     return Status::invalid_argument(path + ": tensor " + p.name + " has dtype " +
                                     std::string(ckpt::dtype_name(entry.dtype)) +
-                                    ", the model needs F32");
+                                    ", the model needs F32 or BF16");
   }
   if (entry.shape != p.shape) {
     return Status::invalid_argument(path + ": tensor " + p.name + " has shape " +
@@ -87,12 +89,28 @@ Result<std::vector<ckpt::TensorEntry>> check_file(const std::string& path,
 
 }  // namespace
 
-Status save_weights(const Gpt2& model, const std::string& path) {
+Status save_weights(const Gpt2& model, const std::string& path, Precision dtype) {
   const std::span<const float> data = model.param_data();
   std::vector<ckpt::TensorRef> tensors;
   tensors.reserve(model.params().size());
-  for (const ParamInfo& p : model.params())
-    tensors.push_back({p.name, ckpt::DType::kF32, p.shape, data.data() + p.offset});
+  // bf16: the arena rounded once (a copy of half its size), each tensor a view into the copy.
+  std::vector<uint16_t> rounded;
+  if (dtype == Precision::kBf16) {
+    rounded.resize(data.size());
+    const auto n = static_cast<int64_t>(data.size());
+    ops::Context ctx;  // single-threaded, any CPU: an export is not on a hot path
+    KILN_RETURN_IF_ERROR(
+        ops::convert_f32_to_bf16(ops::TensorView::f32(const_cast<float*>(data.data()), {n}),
+                                 ops::TensorView::of(rounded.data(), ops::DType::kBF16, {n}), ctx)
+            .with_context("save_weights " + path));
+  }
+  for (const ParamInfo& p : model.params()) {
+    if (dtype == Precision::kBf16) {
+      tensors.push_back({p.name, ckpt::DType::kBF16, p.shape, rounded.data() + p.offset});
+    } else {
+      tensors.push_back({p.name, ckpt::DType::kF32, p.shape, data.data() + p.offset});
+    }
+  }
   return ckpt::write_safetensors(path, tensors, config_metadata(model.config()))
       .with_context("save_weights");
 }
@@ -114,8 +132,18 @@ Status load_weights(Gpt2* model, const std::string& path) {
   const std::span<float> arena = model->param_data();
   std::memset(arena.data(), 0, arena.size_bytes());
   for (size_t i = 0; i < params.size(); ++i) {
-    std::memcpy(arena.data() + params[i].offset, entries[i].bytes.data(),
-                params[i].numel * sizeof(float));
+    float* dst = arena.data() + params[i].offset;
+    if (entries[i].dtype == ckpt::DType::kF32) {
+      std::memcpy(dst, entries[i].bytes.data(), params[i].numel * sizeof(float));
+      continue;
+    }
+    // BF16: the upper half of each f32 (exact). The bytes may be unaligned: copied as bytes.
+    const auto* bytes = reinterpret_cast<const unsigned char*>(entries[i].bytes.data());
+    for (size_t j = 0; j < params[i].numel; ++j) {
+      const uint32_t bits = (static_cast<uint32_t>(bytes[2 * j + 1]) << 24) |
+                            (static_cast<uint32_t>(bytes[2 * j]) << 16);
+      std::memcpy(dst + j, &bits, sizeof(float));
+    }
   }
   return Status();
 }

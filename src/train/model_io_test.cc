@@ -10,10 +10,14 @@
 #include <cstring>
 #include <filesystem>
 #include <map>
+#include <span>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include <kiln/ckpt/safetensors.h>
+
+#include "ops/ref/ref.h"
 
 #include "base/testing/temp_path.h"
 #include "train/model_test_util.h"
@@ -98,6 +102,55 @@ TEST_F(ModelIoTest, RoundTripIsExactInTheContractFormat) {
   EXPECT_EQ(std::memcmp(loaded.param_data().data(), trained.param_data().data(),
                         trained.param_data().size_bytes()),
             0);
+}
+
+// BF16 export: every tensor BF16, each value the reference's round-to-nearest-even of the f32
+// parameter (half the bytes); loading it back widens exactly, so a load and a BF16 save give the
+// same file again. A file may mix nothing else: BF16 and F32 are the two dtypes a load accepts.
+TEST_F(ModelIoTest, Bf16ExportRoundsEveryValueAndLoadsBackExactly) {
+  const ModelConfig c = micro_config();
+  Gpt2 model = make_model(c, 1, 1, 5);
+  const std::string path = dir_ + "/w16.safetensors";
+  ASSERT_TRUE(save_weights(model, path, Precision::kBf16).ok());
+  Result<ckpt::SafetensorsFile> file = ckpt::SafetensorsFile::open(path);
+  ASSERT_TRUE(file.ok()) << file.status().to_string();
+  ASSERT_EQ(file->tensors().size(), model.params().size());
+  const std::span<const float> params = std::as_const(model).param_data();
+  std::vector<float> widened(params.size(), 0.0f);
+  for (size_t i = 0; i < model.params().size(); ++i) {
+    const ParamInfo& p = model.params()[i];
+    const ckpt::TensorEntry& e = file->tensors()[i];
+    ASSERT_EQ(e.dtype, ckpt::DType::kBF16) << p.name;
+    ASSERT_EQ(e.bytes.size(), p.numel * 2) << p.name;
+    std::vector<uint16_t> want(p.numel), got(p.numel);
+    std::memcpy(got.data(), e.bytes.data(), e.bytes.size());
+    ASSERT_TRUE(
+        ops::ref::convert_f32_to_bf16(
+            ops::TensorView::f32(const_cast<float*>(params.data() + p.offset),
+                                 {static_cast<int64_t>(p.numel)}),
+            ops::TensorView::of(want.data(), ops::DType::kBF16, {static_cast<int64_t>(p.numel)}))
+            .ok());
+    ASSERT_EQ(got, want) << p.name;
+    ASSERT_TRUE(
+        ops::ref::convert_bf16_to_f32(
+            ops::TensorView::of(want.data(), ops::DType::kBF16, {static_cast<int64_t>(p.numel)}),
+            ops::TensorView::f32(widened.data() + p.offset, {static_cast<int64_t>(p.numel)}))
+            .ok());
+  }
+  Gpt2 loaded = make_model(c, 1, 1, 6);
+  ASSERT_TRUE(load_weights(&loaded, path).ok());
+  EXPECT_EQ(std::memcmp(std::as_const(loaded).param_data().data(), widened.data(),
+                        widened.size() * sizeof(float)),
+            0);
+  const std::string again = dir_ + "/again.safetensors";
+  ASSERT_TRUE(save_weights(loaded, again, Precision::kBf16).ok());
+  Result<ckpt::SafetensorsFile> second = ckpt::SafetensorsFile::open(again);
+  ASSERT_TRUE(second.ok());
+  for (size_t i = 0; i < file->tensors().size(); ++i) {
+    const auto& a = file->tensors()[i].bytes;
+    const auto& b = second->tensors()[i].bytes;
+    ASSERT_TRUE(a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size()) == 0) << i;
+  }
 }
 
 TEST_F(ModelIoTest, WrongShapeNamesFileAndTensor) {

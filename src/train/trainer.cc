@@ -505,11 +505,11 @@ Result<TrainSummary> train(const TrainConfig& config, const TrainerOptions& opti
 }
 
 Status export_initial_weights(const ModelConfig& model_config, uint64_t seed,
-                              const std::string& path) {
+                              const std::string& path, Precision dtype) {
   // The smallest activations the model can be built with: only the parameters matter here.
   KILN_ASSIGN_OR_RETURN(Gpt2 model, Gpt2::create(model_config, 1, 1));
   model.init_weights(seed);
-  return save_weights(model, path);
+  return save_weights(model, path, dtype);
 }
 
 }  // namespace kiln::train

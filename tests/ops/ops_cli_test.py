@@ -26,6 +26,44 @@ def json_lines(text):
     return [json.loads(line) for line in text.splitlines() if line.strip()]
 
 
+def cpu_flags():
+    with open("/proc/cpuinfo") as f:
+        for line in f:
+            if line.startswith("flags"):
+                return set(line.split(":", 1)[1].split())
+    return set()
+
+
+# oneDNN's bf16 matmul paths, best first: the ONEDNN_MAX_CPU_ISA value that caps oneDNN at each,
+# the CPU flag it needs, and the kernel ops-check must then name.
+BF16_PATHS = [("AVX512_CORE_AMX", "amx_bf16", "avx512_core_amx_bf16"),
+              ("AVX512_CORE_BF16", "avx512_bf16", "avx512_core_bf16"),
+              ("AVX512_CORE", "avx512f", "gemm:jit")]
+
+
+class Bf16MatmulPathsTest(unittest.TestCase):
+    """Every bf16 matmul path this CPU can run, each forced by capping oneDNN's ISA, is checked
+    by ops-check against the double reference; a CPU without AVX-512 has no bf16 rows and
+    `kiln train --precision bf16` says why."""
+
+    def test_each_bf16_path_this_cpu_has_passes_ops_check(self):
+        flags = cpu_flags()
+        paths = [p for p in BF16_PATHS if p[1] in flags]
+        for cap, _flag, kernel in paths:
+            with self.subTest(path=cap):
+                env = dict(os.environ, ONEDNN_MAX_CPU_ISA=cap)
+                r = run_kiln("ops-check", "--json", "--isa", "scalar", timeout=300, env=env)
+                self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
+                rows = [x for x in json_lines(r.stdout) if "bf16" in x["shape"]]
+                self.assertEqual({x["op"] for x in rows}, {"matmul_forward", "matmul_backward"})
+                for row in rows:
+                    self.assertTrue(row["ok"], row)
+                    self.assertIn(kernel, row["gemm"], row)
+        if not paths:
+            r = run_kiln("ops-check", "--json", "--isa", "scalar", timeout=300)
+            self.assertEqual([x for x in json_lines(r.stdout) if "bf16" in x["shape"]], [])
+
+
 class OpsCheckTest(unittest.TestCase):
     def test_every_op_is_ok_on_every_isa_this_machine_has(self):
         r = run_kiln("ops-check", "--json", timeout=300)

@@ -202,13 +202,15 @@ class Gpt2 {
 };
 
 // Writes the parameters to `path` in the export format above (via kiln_ckpt's safetensors
-// writer: a temporary file, fsync, rename). Errors name the file.
-Status save_weights(const Gpt2& model, const std::string& path);
+// writer: a temporary file, fsync, rename), as F32, or with Precision::kBf16 as BF16 (each value
+// rounded to nearest even: half the bytes, for inference). Errors name the file.
+Status save_weights(const Gpt2& model, const std::string& path, Precision dtype = Precision::kFp32);
 
 // Reads `path` into the parameters. Every tensor of the export format must be present with dtype
-// F32 and the shape the model's config gives, and no other tensor may be; the metadata's config
-// fields, when present, must match. Errors (kInvalidArgument, kNotFound, kCorruption, kIoError)
-// name the file and the tensor; the parameters are untouched on error. wte's pad rows become 0.
+// F32 or BF16 (widened exactly) and the shape the model's config gives, and no other tensor may
+// be; the metadata's config fields, when present, must match. Errors (kInvalidArgument, kNotFound,
+// kCorruption, kIoError) name the file and the tensor; the parameters are untouched on error. wte's
+// pad rows become 0.
 Status load_weights(Gpt2* model, const std::string& path);
 
 // The checks of load_weights() against `config`, without a model: a file whose metadata claims a

@@ -183,8 +183,10 @@ Result<TrainSummary> train(const TrainConfig& config, const TrainerOptions& opti
                            obs::MetricsRegistry* registry, const Logger& log,
                            const StepCallback& on_step = {});
 
-// Writes freshly initialised weights of `config.model` (seed `seed`) to `path`, export format.
-Status export_initial_weights(const ModelConfig& model, uint64_t seed, const std::string& path);
+// Writes freshly initialised weights of `config.model` (seed `seed`) to `path`, export format, as
+// F32 or BF16 (save_weights).
+Status export_initial_weights(const ModelConfig& model, uint64_t seed, const std::string& path,
+                              Precision dtype = Precision::kFp32);
 
 }  // namespace kiln::train
 

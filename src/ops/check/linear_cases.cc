@@ -2,7 +2,10 @@
 //
 // Matmul: batch 1, odd sizes, strided views (rows slices of wider buffers, as the header
 // allows), with and without a bias, dx overwritten, accumulated or absent. Inputs are scaled so
-// every output is of order one: x and dy in [-1, 1], w in [-1, 1] / sqrt(K).
+// every output is of order one: x and dy in [-1, 1], w in [-1, 1] / sqrt(K). The bf16 cases
+// ("bf16" in the shape) hand the function under test bf16 copies of x, w and dy, and the
+// reference the same values widened to f32: a bf16 product is exact in f32 and oneDNN sums in
+// f32, so the f32 tolerance holds (ops_check.cc says why that is the right bar).
 //
 // Attention: D in {32, 64, 80, 128}, T in {1, 67, 200} (not multiples of a 64-key tile), causal
 // and not, the default scale and an explicit one, q/k/v contiguous or the thirds of one fused
@@ -23,7 +26,61 @@ struct MatmulShape {
   bool strided;  // every view's rows lie a few elements apart (a slice of a wider buffer)
   bool bias;
   enum class Dx { kOverwrite, kAccumulate, kAbsent } dx;
+  bool bf16 = false;  // x, w, dy in bf16 for the function under test
 };
+
+// `values` rounded to bf16 (the reference's rounding; NaN gaps stay NaN).
+std::vector<uint16_t> to_bf16(const std::vector<float>& values) {
+  std::vector<uint16_t> out(values.size());
+  const auto n = static_cast<int64_t>(values.size());
+  KILN_CHECK(ref::convert_f32_to_bf16(TensorView::f32(const_cast<float*>(values.data()), {n}),
+                                      TensorView::of(out.data(), DType::kBF16, {n}))
+                 .ok());
+  return out;
+}
+std::vector<float> to_f32(const std::vector<uint16_t>& values) {
+  std::vector<float> out(values.size());
+  const auto n = static_cast<int64_t>(values.size());
+  KILN_CHECK(ref::convert_bf16_to_f32(
+                 TensorView::of(const_cast<uint16_t*>(values.data()), DType::kBF16, {n}),
+                 TensorView::f32(out.data(), {n}))
+                 .ok());
+  return out;
+}
+
+// An input of a matmul case: its f32 buffer (bf16-exact values in a bf16 case) and, in a bf16
+// case, the bf16 copy the function under test reads.
+struct MatmulInput {
+  int f32 = -1;
+  int bf16 = -1;
+};
+MatmulInput add_input(Buffers& buffers, const std::string& name, std::vector<float> values,
+                      bool bf16) {
+  MatmulInput in;
+  if (!bf16) {
+    in.f32 = buffers.add_f32(name, std::move(values));
+    return in;
+  }
+  std::vector<uint16_t> rounded = to_bf16(values);
+  in.f32 = buffers.add_f32(name, to_f32(rounded));
+  in.bf16 = buffers.add_bf16(name + "_bf16", std::move(rounded));
+  return in;
+}
+TensorView input_view(Buffers& b, const MatmulInput& in, bool for_op,
+                      std::initializer_list<int64_t> shape, std::initializer_list<int64_t> stride) {
+  return b.strided(for_op && in.bf16 >= 0 ? in.bf16 : in.f32, 0, shape, stride);
+}
+
+// Sets c.run_ref and c.run_op to call `ref` and `op` with params(b, for_op): the reference
+// always on the f32 inputs, the function under test on the bf16 copies in a bf16 case.
+template <typename Params, typename MakeParams>
+void bind_inputs(Case& c, MakeParams params, Status (*ref)(const Params&),
+                 Status (*op)(const Params&, const Context&)) {
+  c.run_ref = [params, ref](Buffers& b) { return ref(params(b, false)); };
+  if (op != nullptr) {
+    c.run_op = [params, op](Buffers& b, const Context& ctx) { return op(params(b, true), ctx); };
+  }
+}
 
 // Row stride of a view with `cols` columns: `cols` when contiguous, else a few more.
 int64_t row_stride(const MatmulShape& s, int64_t cols) {
@@ -35,6 +92,7 @@ std::string describe(const MatmulShape& s) {
   std::string out = "M=" + std::to_string(s.M) + " K=" + std::to_string(s.K) +
                     " N=" + std::to_string(s.N) + (s.bias ? " bias" : " no-bias");
   if (s.strided) out += " strided";
+  if (s.bf16) out += " bf16";
   return out;
 }
 
@@ -45,19 +103,20 @@ Case matmul_forward_case(const OpTable& ops, const MatmulShape& s, uint64_t seed
   Rng rng(seed);
   const int64_t ldx = row_stride(s, s.K), ldw = row_stride(s, s.K), ldy = row_stride(s, s.N);
   const float w_scale = 1.0f / std::sqrt(static_cast<float>(s.K));
-  const int x = c.buffers.add_f32("x", rng.uniform_rows(s.M, s.K, ldx, -1, 1));
-  const int w = c.buffers.add_f32("w", rng.uniform_rows(s.N, s.K, ldw, -w_scale, w_scale));
+  const MatmulInput x = add_input(c.buffers, "x", rng.uniform_rows(s.M, s.K, ldx, -1, 1), s.bf16);
+  const MatmulInput w =
+      add_input(c.buffers, "w", rng.uniform_rows(s.N, s.K, ldw, -w_scale, w_scale), s.bf16);
   const int bias = s.bias ? c.buffers.add_f32("bias", rng.uniform(s.N, -1, 1)) : -1;
   const int y = c.buffers.add_f32("y", nans((s.M - 1) * ldy + s.N));
-  auto params = [=](Buffers& b) {
+  auto params = [=](Buffers& b, bool for_op) {
     MatmulParams p;
-    p.x = b.strided(x, 0, {s.M, s.K}, {ldx, 1});
-    p.w = b.strided(w, 0, {s.N, s.K}, {ldw, 1});
+    p.x = input_view(b, x, for_op, {s.M, s.K}, {ldx, 1});
+    p.w = input_view(b, w, for_op, {s.N, s.K}, {ldw, 1});
     if (bias >= 0) p.bias = b.view(bias, {s.N});
     p.y = b.strided(y, 0, {s.M, s.N}, {ldy, 1});
     return p;
   };
-  bind(c, params, &ref::matmul_forward, ops.matmul_forward);
+  bind_inputs(c, params, &ref::matmul_forward, ops.matmul_forward);
   return c;
 }
 
@@ -70,9 +129,10 @@ Case matmul_backward_case(const OpTable& ops, const MatmulShape& s, uint64_t see
   Rng rng(seed);
   const int64_t ldx = row_stride(s, s.K), ldw = row_stride(s, s.K), ldy = row_stride(s, s.N);
   const float w_scale = 1.0f / std::sqrt(static_cast<float>(s.K));
-  const int dy = c.buffers.add_f32("dy", rng.uniform_rows(s.M, s.N, ldy, -1, 1));
-  const int x = c.buffers.add_f32("x", rng.uniform_rows(s.M, s.K, ldx, -1, 1));
-  const int w = c.buffers.add_f32("w", rng.uniform_rows(s.N, s.K, ldw, -w_scale, w_scale));
+  const MatmulInput dy = add_input(c.buffers, "dy", rng.uniform_rows(s.M, s.N, ldy, -1, 1), s.bf16);
+  const MatmulInput x = add_input(c.buffers, "x", rng.uniform_rows(s.M, s.K, ldx, -1, 1), s.bf16);
+  const MatmulInput w =
+      add_input(c.buffers, "w", rng.uniform_rows(s.N, s.K, ldw, -w_scale, w_scale), s.bf16);
   int dx = -1;
   if (s.dx == MatmulShape::Dx::kOverwrite) {
     dx = c.buffers.add_f32("dx", nans((s.M - 1) * ldx + s.K));
@@ -83,18 +143,18 @@ Case matmul_backward_case(const OpTable& ops, const MatmulShape& s, uint64_t see
   const int dw = c.buffers.add_f32("dw", rng.uniform_rows(s.N, s.K, ldw, -1, 1));
   const int dbias = s.bias ? c.buffers.add_f32("dbias", rng.uniform(s.N, -1, 1)) : -1;
   const bool accumulate = s.dx == MatmulShape::Dx::kAccumulate;
-  auto params = [=](Buffers& b) {
+  auto params = [=](Buffers& b, bool for_op) {
     MatmulBackwardParams p;
-    p.dy = b.strided(dy, 0, {s.M, s.N}, {ldy, 1});
-    p.x = b.strided(x, 0, {s.M, s.K}, {ldx, 1});
-    p.w = b.strided(w, 0, {s.N, s.K}, {ldw, 1});
+    p.dy = input_view(b, dy, for_op, {s.M, s.N}, {ldy, 1});
+    p.x = input_view(b, x, for_op, {s.M, s.K}, {ldx, 1});
+    p.w = input_view(b, w, for_op, {s.N, s.K}, {ldw, 1});
     if (dx >= 0) p.dx = b.strided(dx, 0, {s.M, s.K}, {ldx, 1});
     p.dw = b.strided(dw, 0, {s.N, s.K}, {ldw, 1});
     if (dbias >= 0) p.dbias = b.view(dbias, {s.N});
     p.accumulate_dx = accumulate;
     return p;
   };
-  bind(c, params, &ref::matmul_backward, ops.matmul_backward);
+  bind_inputs(c, params, &ref::matmul_backward, ops.matmul_backward);
   return c;
 }
 
@@ -215,10 +275,15 @@ std::vector<Case> matmul_cases(const OpTable& ops, uint64_t seed) {
       {67, 129, 95, true, false, Dx::kAccumulate},  // odd sizes, every view strided
       {200, 64, 193, false, true, Dx::kOverwrite},  // more rows than a task's block
       {5, 16, 7, true, true, Dx::kAbsent},          // the first layer: no dx
+      // bf16 inputs (oneDNN's bf16 matmul: AMX or AVX512-BF16), a block and a half of rows.
+      {67, 129, 95, true, false, Dx::kAccumulate, true},
+      {200, 64, 193, false, true, Dx::kOverwrite, true},
   };
   std::vector<Case> cases;
   int index = 0;
   for (const MatmulShape& s : shapes) {
+    // A CPU without bf16 matmuls (no AVX-512) has no bf16 path to check.
+    if (s.bf16 && !bf16_matmul_available().ok()) continue;
     cases.push_back(matmul_forward_case(ops, s, case_seed(seed, "matmul_forward", index)));
     cases.push_back(matmul_backward_case(ops, s, case_seed(seed, "matmul_backward", index)));
     ++index;
