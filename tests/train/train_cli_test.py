@@ -304,6 +304,42 @@ class TrainCliTest(unittest.TestCase):
         self.assertEqual(out["prompt_tokens"], [])
         self.assertEqual(len(out["tokens"]), 5)
 
+    def test_bf16_training_and_a_bf16_export_that_samples(self):
+        """--precision bf16 trains (its losses near fp32's, not equal), its weights export as
+        BF16 with each value fp32's rounded to nearest even (checked by hand here), the bf16 file
+        loads for sampling, and a precision that is neither is bad input naming the flag."""
+        fp32 = self.train_json("--max-steps", "3", "--val-every", "0",
+                               "--export", self.path("fp32.safetensors"))
+        bf16 = self.train_json("--max-steps", "3", "--val-every", "0", "--precision", "bf16",
+                               "--export", self.path("trained.safetensors"))
+        for a, b in zip(fp32[:3], bf16[:3]):
+            self.assertAlmostEqual(a["loss"], b["loss"], delta=0.01 * a["loss"])
+        self.assertNotEqual([x["loss"] for x in fp32[:3]], [x["loss"] for x in bf16[:3]])
+        half = self.path("trained-bf16.safetensors")
+        r = run_kiln("export", self.config, "--weights", self.path("trained.safetensors"),
+                     "--dtype", "bf16", "--out", half, timeout=TIMEOUT_S)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        full_header, full_data = read_safetensors(self.path("trained.safetensors"))
+        half_header, half_data = read_safetensors(half)
+        self.assertEqual(half_header["__metadata__"], full_header["__metadata__"])
+        for name in ("wte.weight", "h.1.mlp.fc.weight", "ln_f.bias"):
+            self.assertEqual(half_header[name]["dtype"], "BF16")
+            self.assertEqual(half_header[name]["shape"], full_header[name]["shape"])
+            begin, end = half_header[name]["data_offsets"]
+            got = struct.unpack(f"<{(end - begin) // 2}H", half_data[begin:end])
+            want = []
+            for x in tensor_values(full_header, full_data, name):
+                (bits,) = struct.unpack("<I", struct.pack("<f", x))
+                want.append(((bits + 0x7FFF + ((bits >> 16) & 1)) >> 16) & 0xFFFF)
+            self.assertEqual(list(got), want, name)
+        r = run_kiln("sample", "--weights", half, "--tokens", "5", "--encoder", ENCODER,
+                     "--vocab", VOCAB, "--json", timeout=TIMEOUT_S)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertEqual(len(json.loads(r.stdout)["tokens"]), 5)
+        r = run_kiln("train", self.config, "--precision", "fp16", timeout=TIMEOUT_S)
+        self.assertEqual(r.returncode, 2, r.stderr)
+        self.assertIn("--precision: 'fp16' is not a precision: fp32 or bf16", r.stderr)
+
     def test_bad_weights_file_is_an_error_naming_it(self):
         garbage = self.path("garbage.safetensors")
         with open(garbage, "wb") as f:
