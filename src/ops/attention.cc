@@ -4,6 +4,8 @@
 #include <cmath>
 #include <string>
 
+#include <kiln/ops/matmul.h>
+
 #include "ops/cpu/kernels_linear.h"
 #include "ops/dispatch.h"
 #include "ops/validate.h"
@@ -11,16 +13,22 @@
 namespace kiln::ops {
 namespace {
 
-// A (B, T, H, D) operand shaped like q, with a unit stride in D.
-Status check_like_q(const char* op, const char* name, const TensorView& t, const TensorView& q) {
+// A (B, T, H, D) operand shaped like q, of `dtype`, with a unit stride in D.
+Status check_like_q(const char* op, const char* name, const TensorView& t, const TensorView& q,
+                    DType dtype = DType::kF32) {
   KILN_RETURN_IF_ERROR(
-      expect_shape(op, name, t, DType::kF32, {q.shape[0], q.shape[1], q.shape[2], q.shape[3]}));
+      expect_shape(op, name, t, dtype, {q.shape[0], q.shape[1], q.shape[2], q.shape[3]}));
   return expect_unit_inner_stride(op, name, t);
 }
 
-// q's own checks, the head dimension's range and the scale; fills in nothing.
+// q's own checks (f32, or bf16 where this CPU has bf16 matmuls), the head dimension's range and
+// the scale; fills in nothing.
 Status check_q(const char* op, const TensorView& q, float scale) {
-  KILN_RETURN_IF_ERROR(expect_shape(op, "q", q, DType::kF32, {-1, -1, -1, -1}));
+  if (q.dtype == DType::kBF16) {
+    KILN_RETURN_IF_ERROR(bf16_matmul_available().with_context(op));
+  }
+  KILN_RETURN_IF_ERROR(expect_shape(
+      op, "q", q, q.dtype == DType::kBF16 ? DType::kBF16 : DType::kF32, {-1, -1, -1, -1}));
   KILN_RETURN_IF_ERROR(expect_unit_inner_stride(op, "q", q));
   if (q.shape[3] < 1 || q.shape[3] > kAttentionHeadDimMax) {
     return Status::invalid_argument(std::string(op) + ": q (" + q.describe() +
@@ -46,24 +54,30 @@ Status check_lse(const char* op, const TensorView& lse, const TensorView& q) {
 Status attention_forward(const AttentionParams& p, const Context& ctx) {
   constexpr const char* kOp = "attention_forward";
   KILN_RETURN_IF_ERROR(check_q(kOp, p.q, p.scale));
-  KILN_RETURN_IF_ERROR(check_like_q(kOp, "k", p.k, p.q));
-  KILN_RETURN_IF_ERROR(check_like_q(kOp, "v", p.v, p.q));
+  KILN_RETURN_IF_ERROR(check_like_q(kOp, "k", p.k, p.q, p.q.dtype));
+  KILN_RETURN_IF_ERROR(check_like_q(kOp, "v", p.v, p.q, p.q.dtype));
   KILN_RETURN_IF_ERROR(check_like_q(kOp, "o", p.o, p.q));
   KILN_RETURN_IF_ERROR(check_lse(kOp, p.lse, p.q));
+  if (p.q.dtype == DType::kBF16) {
+    return KILN_OPS_DISPATCH(ctx, kOp, attention_forward_bf16, p, ctx);
+  }
   return KILN_OPS_DISPATCH(ctx, kOp, attention_forward, p, ctx);
 }
 
 Status attention_backward(const AttentionBackwardParams& p, const Context& ctx) {
   constexpr const char* kOp = "attention_backward";
   KILN_RETURN_IF_ERROR(check_q(kOp, p.q, p.scale));
-  KILN_RETURN_IF_ERROR(check_like_q(kOp, "k", p.k, p.q));
-  KILN_RETURN_IF_ERROR(check_like_q(kOp, "v", p.v, p.q));
+  KILN_RETURN_IF_ERROR(check_like_q(kOp, "k", p.k, p.q, p.q.dtype));
+  KILN_RETURN_IF_ERROR(check_like_q(kOp, "v", p.v, p.q, p.q.dtype));
   KILN_RETURN_IF_ERROR(check_like_q(kOp, "o", p.o, p.q));
   KILN_RETURN_IF_ERROR(check_lse(kOp, p.lse, p.q));
-  KILN_RETURN_IF_ERROR(check_like_q(kOp, "dout", p.dout, p.q));
+  KILN_RETURN_IF_ERROR(check_like_q(kOp, "dout", p.dout, p.q, p.q.dtype));
   KILN_RETURN_IF_ERROR(check_like_q(kOp, "dq", p.dq, p.q));
   KILN_RETURN_IF_ERROR(check_like_q(kOp, "dk", p.dk, p.q));
   KILN_RETURN_IF_ERROR(check_like_q(kOp, "dv", p.dv, p.q));
+  if (p.q.dtype == DType::kBF16) {
+    return KILN_OPS_DISPATCH(ctx, kOp, attention_backward_bf16, p, ctx);
+  }
   return KILN_OPS_DISPATCH(ctx, kOp, attention_backward, p, ctx);
 }
 

@@ -17,8 +17,9 @@ namespace {
 using dnnl::memory;
 
 // Shapes a thread keeps primitives for. GPT-2's step has 9 GEMM shapes per direction (a handful
-// more at the edges of the thread blocks); past the bound the least recently used is dropped.
-constexpr size_t kPrimitivesPerThread = 64;
+// more at the edges of the blocks), and bf16 attention 5 per block of queries (T / 64 blocks:
+// 80 at T = 1024); past the bound the least recently used is dropped.
+constexpr size_t kPrimitivesPerThread = 256;
 
 // The process's CPU engine: created once, never changed (oneDNN engines are thread-safe).
 const dnnl::engine& cpu_engine() {

@@ -557,5 +557,97 @@ TEST(TorchParityTest, OptimizedOpsMatchPyTorchInFloat64) {
   std::filesystem::remove_all(dir);
 }
 
+// FlashAttention's rule for a low-precision kernel: its error against the exact answer is at most
+// 2x that of the same-precision PyTorch computation. Kiln's attention with bf16 q, k, v and dout
+// (products on the bf16 units through oneDNN, softmax in f32) against PyTorch 1.13's explicit
+// math path on bfloat16 tensors, both measured against float64 on the same bf16 inputs, as the
+// largest error over the largest magnitude of each output (o, dq, dk, dv).
+TEST(TorchParityTest, Bf16AttentionErrsAtMostTwiceAsMuchAsPyTorchInBf16) {
+  if (!bf16_matmul_available().ok()) {
+    GTEST_SKIP() << "no bf16 matmul on this CPU: " << bf16_matmul_available().to_string();
+  }
+  Inputs in(20261206);
+  std::vector<ParityCase> cases;
+  struct Shape {
+    const char* name;
+    int64_t B, T, H;
+    bool causal;
+  };
+  for (const Shape& s : {Shape{"attention_bf16_causal", 2, 200, 3, true},
+                         Shape{"attention_bf16_full", 1, 100, 2, false}}) {
+    constexpr int64_t D = 64;
+    const int64_t n = s.B * s.T * s.H * D;
+    ParityCase c = named_case(s.name, "attention_bf16");
+    // Inputs rounded to bf16 (values both sides take exactly); Kiln reads the bf16 copies.
+    auto rounded = [&](std::vector<float> v, std::vector<uint16_t>* half) {
+      half->resize(v.size());
+      const auto m = static_cast<int64_t>(v.size());
+      EXPECT_TRUE(convert_f32_to_bf16(TensorView::f32(v.data(), {m}),
+                                      TensorView::of(half->data(), DType::kBF16, {m}),
+                                      best_context())
+                      .ok());
+      EXPECT_TRUE(convert_bf16_to_f32(TensorView::of(half->data(), DType::kBF16, {m}),
+                                      TensorView::f32(v.data(), {m}), best_context())
+                      .ok());
+      return v;
+    };
+    std::vector<uint16_t> q16, k16, v16, dout16;
+    auto q = rounded(in.uniform(n, -2, 2), &q16), k = rounded(in.uniform(n, -2, 2), &k16);
+    auto v = rounded(in.uniform(n, -2, 2), &v16), dout = rounded(in.uniform(n, -1, 1), &dout16);
+    std::vector<float> o(n), lse(s.B * s.H * s.T), dq(n), dk(n), dv(n);
+    auto half = [&](std::vector<uint16_t>& t) {
+      return TensorView::of(t.data(), DType::kBF16, {s.B, s.T, s.H, D});
+    };
+    auto full = [&](std::vector<float>& t) {
+      return TensorView::f32(t.data(), {s.B, s.T, s.H, D});
+    };
+    const Context ctx = best_context();
+    AttentionParams f{
+        half(q16), half(k16), half(v16), full(o), TensorView::f32(lse.data(), {s.B, s.H, s.T}),
+        s.causal,  0.0f};
+    EXPECT_TRUE(attention_forward(f, ctx).ok());
+    AttentionBackwardParams b{half(q16), half(k16), half(v16), full(o),  f.lse, half(dout16),
+                              full(dq),  full(dk),  full(dv),  s.causal, 0.0f};
+    EXPECT_TRUE(attention_backward(b, ctx).ok());
+    c.params = {{"causal", s.causal}, {"scale", 0.0}};
+    c.f32_inputs = {{"q", {{s.B, s.T, s.H, D}, q}},
+                    {"k", {{s.B, s.T, s.H, D}, k}},
+                    {"v", {{s.B, s.T, s.H, D}, v}},
+                    {"dout", {{s.B, s.T, s.H, D}, dout}}};
+    c.outputs = {{"o", o}, {"dq", dq}, {"dk", dk}, {"dv", dv}};
+    cases.push_back(std::move(c));
+  }
+  const std::string dir = kiln::testing::unique_temp_dir("torch-bf16");
+  write_manifest(dir, cases);
+  const auto [code, output] = run_script(dir);
+  ASSERT_EQ(code, 0) << "the PyTorch reference failed (exit " << code << "):\n" << output;
+  std::ifstream results_file(dir + "/results.json");
+  const nlohmann::json results = nlohmann::json::parse(results_file, nullptr, false);
+  ASSERT_FALSE(results.is_discarded()) << dir << "/results.json is not JSON";
+  const auto load = [&](const std::string& name, const std::string& out) {
+    return read_f64(dir + "/" + results[name][out]["file"].get<std::string>());
+  };
+  for (const ParityCase& c : cases) {
+    for (const auto& [name, got] : c.outputs) {
+      const std::vector<double> exact = load(c.name, name);
+      const std::vector<double> torch_bf16 = load(c.name, "torch_bf16_" + name);
+      ASSERT_EQ(got.size(), exact.size());
+      ASSERT_EQ(torch_bf16.size(), exact.size());
+      double scale = 0, kiln_err = 0, torch_err = 0;
+      for (size_t i = 0; i < exact.size(); ++i) {
+        scale = std::max(scale, std::fabs(exact[i]));
+        kiln_err = std::max(kiln_err, std::fabs(got[i] - exact[i]));
+        torch_err = std::max(torch_err, std::fabs(torch_bf16[i] - exact[i]));
+      }
+      kiln_err /= scale;
+      torch_err /= scale;
+      std::printf("%s.%s: Kiln bf16 %.3e, PyTorch bf16 %.3e (max error / max |exact|)\n",
+                  c.name.c_str(), name.c_str(), kiln_err, torch_err);
+      EXPECT_LE(kiln_err, 2 * torch_err) << c.name << "." << name;
+    }
+  }
+  std::filesystem::remove_all(dir);
+}
+
 }  // namespace
 }  // namespace kiln::ops

@@ -108,20 +108,21 @@ Status block_backward(Gpt2::State& s, int l, const ops::Context& ctx) {
                       s.block_grad(l, kProjWeight), s.block_grad(l, kProjBias), N, C, C, ctx));
   float* qkv = s.act(a.qkv);
   float* dqkv = s.act(s.acts.dqkv);
-  const auto third = [&](float* base, int64_t i) {
-    return TensorView::strided(base + i * C, ops::DType::kF32, {B, T, H, D},
-                               {T * 3 * C, 3 * C, D, 1});
-  };
+  const TensorView dqkv_all = mat(dqkv, N, 3 * C);
+  // In a bf16 model: q, k, v from the forward's bf16 copy, dout rounded now (the bf16 scratch
+  // is free again: attn.proj's backward is done with it).
+  const TensorView qkv_in = gpt2_saved_matmul_input(s, qkv, N, 3 * C, a16.qkv);
+  KILN_ASSIGN_OR_RETURN(const TensorView dout, gpt2_matmul_input(s, datty, N, C, s.acts16.dy, ctx));
   ops::AttentionBackwardParams att;
-  att.q = third(qkv, 0);
-  att.k = third(qkv, 1);
-  att.v = third(qkv, 2);
+  att.q = gpt2_qkv_third(qkv_in, 0, B, T, H, D);
+  att.k = gpt2_qkv_third(qkv_in, 1, B, T, H, D);
+  att.v = gpt2_qkv_third(qkv_in, 2, B, T, H, D);
   att.o = TensorView::f32(s.act(a.atty), {B, T, H, D});
   att.lse = TensorView::f32(s.act(a.att_lse), {B, H, T});
-  att.dout = TensorView::f32(datty, {B, T, H, D});
-  att.dq = third(dqkv, 0);
-  att.dk = third(dqkv, 1);
-  att.dv = third(dqkv, 2);
+  att.dout = TensorView::of(dout.data, dout.dtype, {B, T, H, D});
+  att.dq = gpt2_qkv_third(dqkv_all, 0, B, T, H, D);
+  att.dk = gpt2_qkv_third(dqkv_all, 1, B, T, H, D);
+  att.dv = gpt2_qkv_third(dqkv_all, 2, B, T, H, D);
   att.causal = true;
   KILN_RETURN_IF_ERROR(ops::attention_backward(att, ctx));
   KILN_RETURN_IF_ERROR(linear_backward(s, dqkv, s.act(a.ln1), a16.ln1, s.block_param(l, kQkvWeight),

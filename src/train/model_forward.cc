@@ -68,16 +68,14 @@ Status block_forward(Gpt2::State& s, int l, int64_t B, int64_t T, const ops::Con
   qkv.y = mat(s.act(a.qkv), N, 3 * C);
   KILN_RETURN_IF_ERROR(ops::matmul_forward(qkv, ctx));
 
-  // q, k, v: (B, T, H, D) views of the thirds of qkv, whose rows are 3C apart.
-  float* qkv_data = s.act(a.qkv);
-  const auto third = [&](int64_t i) {
-    return TensorView::strided(qkv_data + i * C, ops::DType::kF32, {B, T, H, D},
-                               {T * 3 * C, 3 * C, D, 1});
-  };
+  // q, k, v: (B, T, H, D) views of the thirds of qkv (its bf16 copy in a bf16 model), whose
+  // rows are 3C apart.
+  KILN_ASSIGN_OR_RETURN(const TensorView qkv_in,
+                        gpt2_matmul_input(s, s.act(a.qkv), N, 3 * C, a16.qkv, ctx));
   ops::AttentionParams att;
-  att.q = third(0);
-  att.k = third(1);
-  att.v = third(2);
+  att.q = gpt2_qkv_third(qkv_in, 0, B, T, H, D);
+  att.k = gpt2_qkv_third(qkv_in, 1, B, T, H, D);
+  att.v = gpt2_qkv_third(qkv_in, 2, B, T, H, D);
   att.o = TensorView::f32(s.act(a.atty), {B, T, H, D});
   att.lse = TensorView::f32(s.act(a.att_lse), {B, H, T});
   att.causal = true;

@@ -173,6 +173,7 @@ void gpt2_act16_layout(const ModelConfig& config, int batch, int seq,
   layers->assign(static_cast<size_t>(config.n_layer), LayerActs16{});
   for (LayerActs16& a : *layers) {
     a.ln1 = take(N * C);
+    a.qkv = take(N * 3 * C);
     a.atty = take(N * C);
     a.ln2 = take(N * C);
     a.fch_gelu = take(N * 4 * C);

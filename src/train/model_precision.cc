@@ -28,6 +28,14 @@ TensorView gpt2_matmul_weight(Gpt2::State& s, float* w, int64_t rows, int64_t co
   return TensorView::of(s.weight16_arena.get() + offset, ops::DType::kBF16, {rows, cols});
 }
 
+TensorView gpt2_qkv_third(const TensorView& qkv, int64_t i, int64_t B, int64_t T, int64_t H,
+                          int64_t D) {
+  const int64_t C = H * D;
+  void* base =
+      static_cast<char*>(qkv.data) + static_cast<size_t>(i * C) * ops::dtype_bytes(qkv.dtype);
+  return TensorView::strided(base, qkv.dtype, {B, T, H, D}, {T * 3 * C, 3 * C, D, 1});
+}
+
 TensorView gpt2_saved_matmul_input(Gpt2::State& s, float* x, int64_t rows, int64_t cols,
                                    size_t offset16) {
   if (!s.bf16()) return TensorView::f32(x, {rows, cols});

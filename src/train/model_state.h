@@ -69,6 +69,7 @@ struct LayerActs {
 // gradients (one scratch block, reused by every linear).
 struct LayerActs16 {
   size_t ln1 = 0;       // (N, C)
+  size_t qkv = 0;       // (N, 3C): attention's q, k, v
   size_t atty = 0;      // (N, C)
   size_t ln2 = 0;       // (N, C)
   size_t fch_gelu = 0;  // (N, 4C)
@@ -186,6 +187,9 @@ ops::TensorView gpt2_matmul_weight(Gpt2::State& s, float* w, int64_t rows, int64
 //   arena at `offset16` (where the backward finds it again) and viewed there.
 Result<ops::TensorView> gpt2_matmul_input(Gpt2::State& s, float* x, int64_t rows, int64_t cols,
                                           size_t offset16, const ops::Context& ctx);
+//   Third i (q, k, v) of a fused (N, 3C) qkv view, f32 or bf16, as (B, T, H, D).
+ops::TensorView gpt2_qkv_third(const ops::TensorView& qkv, int64_t i, int64_t B, int64_t T,
+                               int64_t H, int64_t D);
 //   An input saved by gpt2_matmul_input (the same arguments), without converting again.
 ops::TensorView gpt2_saved_matmul_input(Gpt2::State& s, float* x, int64_t rows, int64_t cols,
                                         size_t offset16);

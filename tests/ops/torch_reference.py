@@ -79,6 +79,29 @@ def attention(t, p):
     return {"o": o, "lse": lse, "dq": q.grad, "dk": k.grad, "dv": v.grad}
 
 
+def attention_bf16(t, p):
+    """The float64 answer on the (bf16-exact) inputs, and PyTorch's own bf16 computation of the
+    same: the explicit math path (q k^T, mask, softmax, @ v) on bfloat16 tensors, by autograd,
+    outputs prefixed torch_bf16_. The C++ test holds Kiln's bf16 error against the latter's."""
+    exact = attention(t, p)
+    half = {n: t[n].to(torch.bfloat16) for n in ("q", "k", "v", "dout")}
+    q, k, v = (half[n].clone().requires_grad_(True) for n in ("q", "k", "v"))
+    qh, kh, vh = (a.permute(0, 2, 1, 3) for a in (q, k, v))
+    D = q.shape[-1]
+    T = q.shape[1]
+    scale = p["scale"] if p["scale"] != 0 else 1.0 / math.sqrt(D)
+    scores = torch.matmul(qh, kh.transpose(-1, -2)) * scale
+    if p["causal"]:
+        mask = torch.triu(torch.ones(T, T, dtype=torch.bool), diagonal=1)
+        scores = scores.masked_fill(mask, float("-inf"))
+    o = torch.matmul(torch.softmax(scores, dim=-1), vh).permute(0, 2, 1, 3)
+    o.backward(half["dout"])
+    out = {name: value for name, value in exact.items() if name != "lse"}
+    for name, value in (("o", o), ("dq", q.grad), ("dk", k.grad), ("dv", v.grad)):
+        out["torch_bf16_" + name] = value.to(torch.float64)
+    return out
+
+
 def layernorm(t, p):
     x, weight, bias = leaf(t["x"]), leaf(t["weight"]), leaf(t["bias"])
     y = torch.nn.functional.layer_norm(x, (x.shape[-1],), weight, bias, p["eps"])
@@ -170,7 +193,7 @@ def bf16(t, p):
     return {"to_bf16": to_bf16.to(torch.float64), "to_f32": to_f32.to(torch.float64)}
 
 
-OPS = {"matmul": matmul, "attention": attention, "layernorm": layernorm, "gelu": gelu,
+OPS = {"matmul": matmul, "attention": attention, "attention_bf16": attention_bf16, "layernorm": layernorm, "gelu": gelu,
        "cross_entropy": cross_entropy, "adamw": adamw, "embedding": embedding,
        "rmsnorm": rmsnorm, "residual": residual, "grad_norm": grad_norm, "bf16": bf16}
 

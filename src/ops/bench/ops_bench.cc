@@ -106,13 +106,14 @@ Status build_attention(const OpsBenchSpec& s, const Context& ctx, Case& c) {
   const int64_t d = s.shape.at("D");
   const int64_t n = bs * t * h * d;
   auto view = [&](uint64_t seed) { return TensorView::f32(c.add(n, seed), {bs, t, h, d}); };
+  auto input = [&](uint64_t seed) { return c.add_view(s.dtype, n, seed, {bs, t, h, d}); };
   AttentionParams p;
-  p.q = view(1), p.k = view(2), p.v = view(3), p.o = view(4);
+  p.q = input(1), p.k = input(2), p.v = input(3), p.o = view(4);
   p.lse = TensorView::f32(c.add(bs * h * t, 5), {bs, h, t});
   p.causal = s.causal;
   AttentionBackwardParams b;
   b.q = p.q, b.k = p.k, b.v = p.v, b.o = p.o, b.lse = p.lse, b.causal = s.causal;
-  if (s.backward) b.dout = view(6), b.dq = view(7), b.dk = view(8), b.dv = view(9);
+  if (s.backward) b.dout = input(6), b.dq = view(7), b.dk = view(8), b.dv = view(9);
   const bool backward = s.backward;
   c.iteration = [p, b, backward, &ctx]() -> Status {
     KILN_RETURN_IF_ERROR(attention_forward(p, ctx));
@@ -309,7 +310,7 @@ Result<OpsBenchResult> run_ops_bench(const OpsBenchSpec& spec, const Context& ct
   if (spec.iters < 1 || spec.warmup < 0) {
     return Status::invalid_argument("ops-bench: iters must be >= 1 and warmup >= 0");
   }
-  if (spec.dtype != DType::kF32 && spec.op != "matmul") {
+  if (spec.dtype != DType::kF32 && spec.op != "matmul" && spec.op != "attention") {
     return Status::invalid_argument("ops-bench: " + spec.op + " takes f32 inputs only");
   }
   KILN_ASSIGN_OR_RETURN(auto counts, ops_bench_counts(spec));

@@ -30,7 +30,7 @@ struct OpsBenchSpec {
   int iters = 20;                        // timed iterations, >= 1
   int warmup = 3;                        // untimed iterations first
   // The inputs' dtype: kF32, or kBF16 for matmul (x, w and dy in bf16; outputs f32) and for
-  // attention (q, k, v, dout in bf16).
+  // attention (q, k, v, dout in bf16; o, lse and the gradients f32).
   DType dtype = DType::kF32;
 };
 

@@ -18,6 +18,7 @@
 #include <cstdint>
 #include <functional>
 #include <initializer_list>
+#include <optional>
 #include <random>
 #include <string>
 #include <string_view>
@@ -71,7 +72,13 @@ struct Case {
   std::function<Status(Buffers&)> run_ref;
   // Null when the function under test is missing from the OpTable.
   std::function<Status(Buffers&, const Context&)> run_op;
+  // The case's own bar where it is not op_tolerance(op)'s (bf16 attention).
+  std::optional<OpTolerance> tolerance;
 };
+
+// The bar of attention with bf16 inputs (`op` attention_forward or _backward), against the
+// reference on the same bf16 values: ops_check.cc says why.
+OpTolerance bf16_attention_tolerance(std::string_view op);
 
 // Runs `c` with the reference and with the function under test on `ctx` and compares every
 // buffer with `tol`.

@@ -163,6 +163,7 @@ struct AttentionShape {
   bool causal;
   bool fused;  // q, k, v (and dq, dk, dv) are the thirds of one (B, T, 3, H, D) buffer
   float scale;
+  bool bf16 = false;  // q, k, v, dout in bf16 for the function under test
 };
 
 std::string describe(const AttentionShape& s) {
@@ -171,17 +172,21 @@ std::string describe(const AttentionShape& s) {
                     (s.causal ? " causal" : " full");
   if (s.fused) out += " fused-qkv";
   if (s.scale != 0.0f) out += " scale=" + std::to_string(s.scale).substr(0, 4);
+  if (s.bf16) out += " bf16";
   return out;
 }
 
-// Where q, k and v (or dq, dk and dv) live: one fused buffer or three contiguous ones.
+// Where q, k and v (or dq, dk and dv) live: one fused buffer or three contiguous ones; for the
+// inputs of a bf16 case, also their bf16 copies (the function under test reads those, the
+// reference the same values in f32).
 struct QkvLayout {
   AttentionShape s;
-  int ids[3];  // the buffer of each third (all equal when fused)
-
-  TensorView third(Buffers& b, int which) const {
-    if (!s.fused) return b.view(ids[which], {s.B, s.T, s.H, s.D});
-    return b.strided(ids[which], which * s.H * s.D, {s.B, s.T, s.H, s.D},
+  int ids[3];    // the buffer of each third (all equal when fused)
+  int ids16[3];  // their bf16 copies, -1 without
+  TensorView third(Buffers& b, int which, bool for_op = false) const {
+    const int id = for_op && ids16[which] >= 0 ? ids16[which] : ids[which];
+    if (!s.fused) return b.view(id, {s.B, s.T, s.H, s.D});
+    return b.strided(id, which * s.H * s.D, {s.B, s.T, s.H, s.D},
                      {s.T * 3 * s.H * s.D, 3 * s.H * s.D, s.D, 1});
   }
 };
@@ -189,17 +194,23 @@ struct QkvLayout {
 // Adds q, k and v (inputs, random) or dq, dk and dv (outputs, NaN) to `buffers`.
 QkvLayout add_qkv(Buffers& buffers, const AttentionShape& s, Rng* rng, const char* prefix) {
   const int64_t numel = s.B * s.T * s.H * s.D;
-  QkvLayout layout{s, {0, 0, 0}};
+  QkvLayout layout{s, {0, 0, 0}, {-1, -1, -1}};
   const std::string p(prefix);
+  const bool bf16 = s.bf16 && rng != nullptr;
   if (s.fused) {
     std::vector<float> values = rng ? rng->uniform(3 * numel, -2, 2) : nans(3 * numel);
-    const int id = buffers.add_f32(p + "qkv", std::move(values));
-    layout.ids[0] = layout.ids[1] = layout.ids[2] = id;
+    const MatmulInput in = bf16 ? add_input(buffers, p + "qkv", std::move(values), true)
+                                : MatmulInput{buffers.add_f32(p + "qkv", std::move(values)), -1};
+    for (int i = 0; i < 3; ++i)
+      layout.ids[i] = in.f32, layout.ids16[i] = in.bf16;
     return layout;
   }
   const char* names[3] = {"q", "k", "v"};
   for (int i = 0; i < 3; ++i) {
-    layout.ids[i] = buffers.add_f32(p + names[i], rng ? rng->uniform(numel, -2, 2) : nans(numel));
+    std::vector<float> values = rng ? rng->uniform(numel, -2, 2) : nans(numel);
+    const MatmulInput in = bf16 ? add_input(buffers, p + names[i], std::move(values), true)
+                                : MatmulInput{buffers.add_f32(p + names[i], std::move(values)), -1};
+    layout.ids[i] = in.f32, layout.ids16[i] = in.bf16;
   }
   return layout;
 }
@@ -212,18 +223,19 @@ Case attention_forward_case(const OpTable& ops, const AttentionShape& s, uint64_
   const QkvLayout qkv = add_qkv(c.buffers, s, &rng, "");
   const int o = c.buffers.add_f32("o", nans(s.B * s.T * s.H * s.D));
   const int lse = c.buffers.add_f32("lse", nans(s.B * s.H * s.T));
-  auto params = [=](Buffers& b) {
+  auto params = [=](Buffers& b, bool for_op) {
     AttentionParams p;
-    p.q = qkv.third(b, 0);
-    p.k = qkv.third(b, 1);
-    p.v = qkv.third(b, 2);
+    p.q = qkv.third(b, 0, for_op);
+    p.k = qkv.third(b, 1, for_op);
+    p.v = qkv.third(b, 2, for_op);
     p.o = b.view(o, {s.B, s.T, s.H, s.D});
     p.lse = b.view(lse, {s.B, s.H, s.T});
     p.causal = s.causal;
     p.scale = s.scale;
     return p;
   };
-  bind(c, params, &ref::attention_forward, ops.attention_forward);
+  bind_inputs(c, params, &ref::attention_forward, ops.attention_forward);
+  if (s.bf16) c.tolerance = bf16_attention_tolerance(c.op);
   return c;
 }
 
@@ -235,7 +247,8 @@ Case attention_backward_case(const OpTable& ops, const AttentionShape& s, uint64
   const QkvLayout qkv = add_qkv(c.buffers, s, &rng, "");
   const int o = c.buffers.add_f32("o", nans(s.B * s.T * s.H * s.D));
   const int lse = c.buffers.add_f32("lse", nans(s.B * s.H * s.T));
-  const int dout = c.buffers.add_f32("dout", rng.uniform(s.B * s.T * s.H * s.D, -1, 1));
+  const MatmulInput dout =
+      add_input(c.buffers, "dout", rng.uniform(s.B * s.T * s.H * s.D, -1, 1), s.bf16);
   const QkvLayout grads = add_qkv(c.buffers, s, nullptr, "d");
   // The forward's outputs, which the backward takes as inputs.
   AttentionParams f;
@@ -247,14 +260,14 @@ Case attention_backward_case(const OpTable& ops, const AttentionShape& s, uint64
   f.causal = s.causal;
   f.scale = s.scale;
   KILN_CHECK(ref::attention_forward(f).ok());
-  auto params = [=](Buffers& b) {
+  auto params = [=](Buffers& b, bool for_op) {
     AttentionBackwardParams p;
-    p.q = qkv.third(b, 0);
-    p.k = qkv.third(b, 1);
-    p.v = qkv.third(b, 2);
+    p.q = qkv.third(b, 0, for_op);
+    p.k = qkv.third(b, 1, for_op);
+    p.v = qkv.third(b, 2, for_op);
     p.o = b.view(o, {s.B, s.T, s.H, s.D});
     p.lse = b.view(lse, {s.B, s.H, s.T});
-    p.dout = b.view(dout, {s.B, s.T, s.H, s.D});
+    p.dout = b.view(for_op && dout.bf16 >= 0 ? dout.bf16 : dout.f32, {s.B, s.T, s.H, s.D});
     p.dq = grads.third(b, 0);
     p.dk = grads.third(b, 1);
     p.dv = grads.third(b, 2);
@@ -262,7 +275,8 @@ Case attention_backward_case(const OpTable& ops, const AttentionShape& s, uint64
     p.scale = s.scale;
     return p;
   };
-  bind(c, params, &ref::attention_backward, ops.attention_backward);
+  bind_inputs(c, params, &ref::attention_backward, ops.attention_backward);
+  if (s.bf16) c.tolerance = bf16_attention_tolerance(c.op);
   return c;
 }
 
@@ -299,10 +313,15 @@ std::vector<Case> attention_cases(const OpTable& ops, uint64_t seed) {
       {2, 67, 1, 128, false, true, 0.1f},   // explicit scale
       {1, 200, 2, 128, true, false, 0.0f},  // causal, several tiles
       {2, 200, 1, 32, false, true, 0.0f},
+      // bf16 inputs (the products through oneDNN's bf16 matmul): GPT-2's D, fused and causal,
+      // several blocks of 64 queries; and a D that is no multiple of anything, not causal.
+      {2, 200, 3, 64, true, true, 0.0f, true},
+      {1, 67, 2, 80, false, false, 0.0f, true},
   };
   std::vector<Case> cases;
   int index = 0;
   for (const AttentionShape& s : shapes) {
+    if (s.bf16 && !bf16_matmul_available().ok()) continue;
     cases.push_back(attention_forward_case(ops, s, case_seed(seed, "attention_forward", index)));
     cases.push_back(attention_backward_case(ops, s, case_seed(seed, "attention_backward", index)));
     ++index;

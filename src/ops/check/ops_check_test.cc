@@ -131,7 +131,7 @@ TEST(OpsCheckMachineryTest, CatchesAnOutputAccumulatedInsteadOfOverwritten) {
   ops.matmul_backward = [](const MatmulBackwardParams& p, const Context&) {
     MatmulBackwardParams always_accumulate = p;
     always_accumulate.accumulate_dx = true;
-    return ref::matmul_backward(always_accumulate);
+    return reference_ops().matmul_backward(always_accumulate, Context{});  // widens bf16 views
   };
   int overwrite_rows = 0;
   for (const OpCheckRow& row :

@@ -72,6 +72,114 @@ void run_tasks(const Context& ctx, int64_t tasks, Fn&& fn) {
   });
 }
 
+// bf16 rows (the conversion op's kernels, and the bf16 paths of other families).
+//
+// To bf16: round to nearest even by adding 0x7FFF plus the lowest kept bit (bit 16) and dropping
+// the low 16 bits; a NaN instead keeps its sign and top payload bits and gets the quiet bit, so
+// it cannot round into an infinity. Overflow rounds to infinity by the same addition.
+constexpr uint32_t kBf16RoundBias = 0x7FFF;
+constexpr uint32_t kBf16QuietBit = 0x0040;
+
+[[maybe_unused]] uint16_t f32_to_bf16_one(float f) {
+  uint32_t u;
+  __builtin_memcpy(&u, &f, sizeof(u));
+  if (f != f) return static_cast<uint16_t>((u >> 16) | kBf16QuietBit);
+  return static_cast<uint16_t>((u + kBf16RoundBias + ((u >> 16) & 1)) >> 16);
+}
+
+[[maybe_unused]] float bf16_to_f32_one(uint16_t h) {
+  const uint32_t u = static_cast<uint32_t>(h) << 16;
+  float f;
+  __builtin_memcpy(&f, &u, sizeof(f));
+  return f;
+}
+
+#if KILN_SIMD_LEVEL == 2
+// 16 results, one in the low half of each 32-bit lane.
+[[maybe_unused]] __m512i f32_to_bf16_lanes(__m512 v) {
+  const __m512i u = _mm512_castps_si512(v);
+  const __m512i high = _mm512_srli_epi32(u, 16);
+  const __m512i lsb = _mm512_and_si512(high, _mm512_set1_epi32(1));
+  const __m512i rounded = _mm512_srli_epi32(
+      _mm512_add_epi32(_mm512_add_epi32(u, _mm512_set1_epi32(kBf16RoundBias)), lsb), 16);
+  const __mmask16 nan = _mm512_cmp_ps_mask(v, v, _CMP_UNORD_Q);
+  return _mm512_mask_or_epi32(rounded, nan, high, _mm512_set1_epi32(kBf16QuietBit));
+}
+
+[[maybe_unused]] void f32_to_bf16_range(const float* src, uint16_t* dst, int64_t n) {
+  int64_t i = 0;
+  for (; i + 16 <= n; i += 16) {
+    const __m256i packed = _mm512_cvtepi32_epi16(f32_to_bf16_lanes(_mm512_loadu_ps(src + i)));
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst + i), packed);
+  }
+  if (i < n) {
+    const __mmask16 m = tail_mask(static_cast<size_t>(n - i));
+    _mm512_mask_cvtepi32_storeu_epi16(dst + i, m,
+                                      f32_to_bf16_lanes(_mm512_maskz_loadu_ps(m, src + i)));
+  }
+}
+
+[[maybe_unused]] void bf16_to_f32_range(const uint16_t* src, float* dst, int64_t n) {
+  int64_t i = 0;
+  for (; i + 16 <= n; i += 16) {
+    const __m256i h = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(src + i));
+    _mm512_storeu_ps(dst + i, _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16)));
+  }
+  if (i < n) {
+    const __mmask16 m = tail_mask(static_cast<size_t>(n - i));
+    const __m256i h = _mm256_maskz_loadu_epi16(m, src + i);
+    _mm512_mask_storeu_ps(dst + i, m,
+                          _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16)));
+  }
+}
+#elif KILN_SIMD_LEVEL == 1
+// 8 results, one in the low half of each 32-bit lane.
+[[maybe_unused]] __m256i f32_to_bf16_lanes(__m256 v) {
+  const __m256i u = _mm256_castps_si256(v);
+  const __m256i high = _mm256_srli_epi32(u, 16);
+  const __m256i lsb = _mm256_and_si256(high, _mm256_set1_epi32(1));
+  const __m256i rounded = _mm256_srli_epi32(
+      _mm256_add_epi32(_mm256_add_epi32(u, _mm256_set1_epi32(kBf16RoundBias)), lsb), 16);
+  const __m256i quiet = _mm256_or_si256(high, _mm256_set1_epi32(kBf16QuietBit));
+  const __m256 nan = _mm256_cmp_ps(v, v, _CMP_UNORD_Q);
+  return _mm256_castps_si256(
+      _mm256_blendv_ps(_mm256_castsi256_ps(rounded), _mm256_castsi256_ps(quiet), nan));
+}
+
+[[maybe_unused]] void f32_to_bf16_range(const float* src, uint16_t* dst, int64_t n) {
+  int64_t i = 0;
+  for (; i + 16 <= n; i += 16) {
+    // packus interleaves 128-bit halves (a0-3 b0-3 a4-7 b4-7); the permute restores the order.
+    const __m256i packed = _mm256_packus_epi32(f32_to_bf16_lanes(_mm256_loadu_ps(src + i)),
+                                               f32_to_bf16_lanes(_mm256_loadu_ps(src + i + 8)));
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst + i),
+                        _mm256_permute4x64_epi64(packed, _MM_SHUFFLE(3, 1, 2, 0)));
+  }
+  for (; i < n; ++i)
+    dst[i] = f32_to_bf16_one(src[i]);
+}
+
+[[maybe_unused]] void bf16_to_f32_range(const uint16_t* src, float* dst, int64_t n) {
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    const __m128i h = _mm_loadu_si128(reinterpret_cast<const __m128i*>(src + i));
+    _mm256_storeu_ps(dst + i, _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16)));
+  }
+  for (; i < n; ++i)
+    dst[i] = bf16_to_f32_one(src[i]);
+}
+#else
+[[maybe_unused]] void f32_to_bf16_range(const float* src, uint16_t* dst, int64_t n) {
+  for (int64_t i = 0; i < n; ++i)
+    dst[i] = f32_to_bf16_one(src[i]);
+}
+
+[[maybe_unused]] void bf16_to_f32_range(const uint16_t* src, float* dst, int64_t n) {
+  for (int64_t i = 0; i < n; ++i)
+    dst[i] = bf16_to_f32_one(src[i]);
+}
+#endif
+
 [[maybe_unused]] const float* cf32(const TensorView& t) {
   return static_cast<const float*>(t.data);
 }
