@@ -10,8 +10,8 @@ starts from --init exactly; the driver computes tokens/s from steps 2..S only, c
 flops_per_token against its own, reports the goals, fails on a failed run and says n/a for a
 missing Kiln; with --precision bf16, torch_train.py runs its forward under autocast, and the
 driver takes the median of its bf16 peak runs, judges the goals by the CPU's flags, and puts
-its three sides in the table. The driver tests run real torch on the real shards for two steps, so the file
-takes one to two minutes. bench/lib's tests run here too.
+its three sides in the table. The driver tests run real torch on the real shards for two
+steps, so the file takes two to three minutes. bench/lib's tests run here too.
 """
 import contextlib
 import io
@@ -675,15 +675,15 @@ class DriverTest(unittest.TestCase):
         last = {s: c[100] for s, c in curves.items()}
         lines, within = d.learning_bf16_lines(curves, first, last)
         self.assertTrue(within)
-        self.assertIn("| 50 | 6.0000 | 6.0600 | - | +1.00% | - | - |", lines)
-        self.assertIn("| 100 | 5.0000 | 5.0500 | 4.9000 | +1.00% | -2.00% | -2.97% |", lines)
+        self.assertIn("| 50 | 6.0000 | 6.0600 | - | +1.000% | - | - |", lines)
+        self.assertIn("| 100 | 5.0000 | 5.0500 | 4.9000 | +1.000% | -2.000% | -2.970% |", lines)
         self.assertIn("Kiln fp32 10.900000, Kiln bf16 10.910000 (+9.2e-04 relative)",
                       "\n".join(lines))
         self.assertIn("- last validation loss, Kiln bf16 against Kiln fp32 (the issue's "
-                      "criterion): Kiln fp32 5.0000, Kiln bf16 5.0500: +1.00%, within 2%", lines)
-        self.assertIn("- torch autocast's last validation loss: 4.9000: -2.00% from Kiln fp32, "
-                      "-2.97% from Kiln bf16", lines)
-        for value, text in ((5.11, "+2.20%, NOT within 2%"), (4.89, "-2.20%, NOT within 2%")):
+                      "criterion): Kiln fp32 5.0000, Kiln bf16 5.0500: +1.000%, within 2%", lines)
+        self.assertIn("- torch autocast's last validation loss: 4.9000: -2.000% from Kiln fp32, "
+                      "-2.970% from Kiln bf16", lines)
+        for value, text in ((5.11, "+2.200%, NOT within 2%"), (4.89, "-2.200%, NOT within 2%")):
             lines, within = d.learning_bf16_lines(curves, first, dict(last, kiln_bf16=value))
             self.assertFalse(within)
             self.assertIn(text, "\n".join(lines))
