@@ -17,6 +17,10 @@ SHAPE_KEYS = {
     "adamw": ("N",),
 }
 PASSES = ("fwd", "fwdbwd")
+# Input dtypes (`kiln ops-bench --dtype`): f32 everywhere; bf16 for the ops below only. A bf16
+# case has the f32 case's counts (the same work, in another number format).
+DTYPES = ("f32", "bf16")
+BF16_OPS = ("matmul", "attention")
 SHAPE_VALUE_MAX = 1 << 40  # far beyond any tensor this machine can hold
 
 # matmul y = x @ w^T + b: forward 2MNK; backward dx and dw are 2MNK each (db is O(MN)).

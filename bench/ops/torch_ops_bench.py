@@ -2,10 +2,11 @@
 """PyTorch's side of bench/ops: times the torch equivalent of one `kiln ops-bench` case.
 
   /usr/bin/python3 bench/ops/torch_ops_bench.py --op OP --shape K=V,... [--causal]
-      [--pass fwd|fwdbwd] --threads T [--iters N] [--warmup N] --json
+      [--pass fwd|fwdbwd] [--dtype f32|bf16] --threads T [--iters N] [--warmup N] --json
 
 Same flags and shape syntax as `kiln ops-bench`, and the same JSON fields on one line:
-{"op","shape","pass","threads","isa":"torch","iters","ms","flops","gflops","bytes","gbps"},
+{"op","shape","pass","threads","isa":"torch","dtype","iters","ms","flops","gflops","bytes",
+"gbps"},
 plus what the driver needs to trust the figure: "torch" (version), "blas" (the libopenblas file
 this process mapped, read from /proc/self/maps), "blas_threading" (openmp or pthread, from
 that file's directory), "tcmalloc" (whether libtcmalloc is mapped), "torch_threads" and
@@ -20,10 +21,16 @@ Invariants:
 - "fwd" runs the forward as training runs it: inputs require grad and autograd records the
   graph (as FlashAttention-2's benchmarks time it); "fwdbwd" adds backward with a fixed
   upstream gradient. adamw has one pass, one optimizer step, and reports "step".
+- --dtype bf16 (matmul and attention only, as `kiln ops-bench`): every tensor is bfloat16 (the
+  bf16 rounding of the f32 case's random values), outputs and gradients included, since torch's
+  ops return their inputs' dtype. matmul is F.linear on bf16 x, w, b; attention is the explicit
+  math path (q @ k^T * scale, masked_fill for causal, softmax, @ v) on bf16 (B, H, T, D)
+  tensors, backward by autograd. The counts are the f32 case's.
 Exit status: 0 on success, 2 on bad flags, 1 when the op could not run.
 """
 import argparse
 import json
+import math
 import os
 import resource
 import statistics
@@ -34,7 +41,8 @@ import torch
 import torch.nn.functional as F
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # op_counts.py sits beside
-from op_counts import PASSES, SHAPE_KEYS, ShapeError, counts, parse_shape  # noqa: E402
+from op_counts import (BF16_OPS, DTYPES, PASSES, SHAPE_KEYS, ShapeError, counts,  # noqa: E402
+                       parse_shape)
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "lib"))
 from torch_env import blas_facts  # noqa: E402
 
@@ -47,15 +55,33 @@ ADAMW_BETAS = (0.9, 0.95)
 ADAMW_WEIGHT_DECAY = 0.1
 LAYERNORM_EPS = 1e-5  # F.layer_norm's default, and GPT-2's
 SEED = 1234  # fixed inputs, so reruns time the same numbers
+TORCH_DTYPES = {"f32": torch.float32, "bf16": torch.bfloat16}
 
 
-def make_case(op, shape, pass_, causal):
+def causal_mask(t):
+    """(T, T) bool, True above the diagonal: the scores a causal query must not see."""
+    return torch.ones(t, t, dtype=torch.bool).triu(1)
+
+
+def math_attention(q, k, v, mask=None):
+    """softmax(q k^T / sqrt(D), masked) v on (B, H, T, D) tensors, written out as nanoGPT's CPU
+    path writes it; every op runs in the inputs' dtype. mask: causal_mask(T) or None."""
+    scores = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(q.size(-1)))  # (B, H, T, T)
+    if mask is not None:
+        scores = scores.masked_fill(mask, float("-inf"))
+    return torch.softmax(scores, dim=-1) @ v
+
+
+def make_case(op, shape, pass_, causal, dtype="f32"):
     """Builds the inputs and returns (run, reset): run() is one timed pass, reset() the untimed
-    work between passes (dropping last pass's gradients)."""
+    work between passes (dropping last pass's gradients). dtype bf16 (matmul, attention): every
+    tensor in bfloat16."""
     g = torch.Generator().manual_seed(SEED)
+    tdtype = TORCH_DTYPES[dtype]
 
     def randn(*size, grad=True):
-        return torch.randn(*size, generator=g, dtype=torch.float32).requires_grad_(grad)
+        x = torch.randn(*size, generator=g, dtype=torch.float32)
+        return x.to(tdtype).requires_grad_(grad)
 
     leaves = []
     if op == "matmul":
@@ -70,11 +96,18 @@ def make_case(op, shape, pass_, causal):
         q, k, v = randn(*size), randn(*size), randn(*size)  # (B, H, T, D) each
         dy = randn(*size, grad=False)
         leaves = [q, k, v]
-        # PyTorch 1.13's private entry point (public as scaled_dot_product_attention in 2.0).
-        # On CPU 1.13 has no fused kernel behind it: it is the unfused math path (q k^T, mask,
-        # softmax, times v, every intermediate materialised). It returns (output, weights) and,
-        # with is_causal, builds the mask itself.
-        fwd = lambda: F._scaled_dot_product_attention(q, k, v, is_causal=causal)[0]  # noqa: E731
+        if dtype == "bf16":
+            # The math path written out on bf16 tensors; the mask is built once, untimed, as
+            # a model keeps it (nanoGPT's registered buffer).
+            mask = causal_mask(shape["T"]) if causal else None
+            fwd = lambda: math_attention(q, k, v, mask)  # noqa: E731
+        else:
+            # PyTorch 1.13's private entry point (public as scaled_dot_product_attention in
+            # 2.0). On CPU 1.13 has no fused kernel behind it: it is the unfused math path
+            # (q k^T, mask, softmax, times v, every intermediate materialised). It returns
+            # (output, weights) and, with is_causal, builds the mask itself.
+            fwd = lambda: F._scaled_dot_product_attention(  # noqa: E731
+                q, k, v, is_causal=causal)[0]
     elif op == "layernorm":
         x = randn(shape["N"], shape["C"])  # (N, C)
         weight, bias = randn(shape["C"]), randn(shape["C"])  # (C) each
@@ -127,6 +160,8 @@ def parse_args(argv):
     p.add_argument("--shape", required=True)
     p.add_argument("--causal", action="store_true")
     p.add_argument("--pass", dest="pass_", choices=PASSES, default="fwd")
+    p.add_argument("--dtype", choices=DTYPES, default="f32",
+                   help="the tensors' dtype: f32, or bf16 (" + ", ".join(BF16_OPS) + " only)")
     p.add_argument("--threads", type=int, required=True)
     p.add_argument("--iters", type=int, default=20)
     p.add_argument("--warmup", type=int, default=3)
@@ -140,6 +175,8 @@ def parse_args(argv):
         p.error(f"--warmup {args.warmup} is not in 0..{ITERS_MAX}")
     if args.causal and args.op != "attention":
         p.error("--causal applies to --op attention only")
+    if args.dtype != "f32" and args.op not in BF16_OPS:
+        p.error(f"--dtype {args.dtype} applies to --op {' and '.join(BF16_OPS)} only")
     try:
         args.shape_dict = parse_shape(args.op, args.shape)
     except ShapeError as e:
@@ -153,7 +190,7 @@ def main(argv):
     pass_ = "step" if args.op == "adamw" else args.pass_
     flops, nbytes = counts(args.op, args.shape_dict, args.pass_, args.causal)
     try:
-        run, reset = make_case(args.op, args.shape_dict, args.pass_, args.causal)
+        run, reset = make_case(args.op, args.shape_dict, args.pass_, args.causal, args.dtype)
         rss_setup_kib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
         for _ in range(args.warmup):
             reset()
@@ -171,7 +208,8 @@ def main(argv):
     facts = blas_facts()
     result = {
         "op": args.op, "shape": args.shape, "pass": pass_, "causal": args.causal,
-        "threads": args.threads, "isa": "torch", "iters": args.iters, "ms": ms,
+        "threads": args.threads, "isa": "torch", "dtype": args.dtype, "iters": args.iters,
+        "ms": ms,
         "flops": flops, "gflops": flops / ms / 1e6, "bytes": nbytes, "gbps": nbytes / ms / 1e6,
         "torch": torch.__version__, "torch_threads": torch.get_num_threads(),
         **facts,
@@ -181,7 +219,8 @@ def main(argv):
         print(json.dumps(result), flush=True)
     else:
         figure = (f"{result['gflops']:.1f} GFLOP/s" if flops else f"{result['gbps']:.2f} GB/s")
-        print(f"torch {args.op} {args.shape} {pass_}: {ms:.3f} ms, {figure} "
+        dtype = "" if args.dtype == "f32" else f" {args.dtype}"
+        print(f"torch {args.op} {args.shape} {pass_}{dtype}: {ms:.3f} ms, {figure} "
               f"({args.threads} threads, median of {args.iters}; blas {facts['blas']} "
               f"[{facts['blas_threading']}], tcmalloc {'yes' if facts['tcmalloc'] else 'no'})",
               flush=True)

@@ -316,7 +316,9 @@ FAKE_TRAIN = """\
                                                               step == steps) else 0}))
     rss = int(os.environ.get("FAKE_PEAK_RSS_ZERO" + flags.get("--zero", "0"), "1"))
     print(json.dumps({"event": "done", "steps": steps, "train_loss": 5.0, "val_loss": None,
-                      "tokens_per_s": 1.0, "peak_rss_bytes": rss}))
+                      "tokens_per_s": 1.0, "peak_rss_bytes": rss,
+                      "precision": os.environ.get("FAKE_PRECISION",
+                                                  flags.get("--precision", "fp32"))}))
     """
 
 
@@ -516,6 +518,15 @@ class DriverTest(unittest.TestCase):
                     ["--precision", "bf16", "--sides", "torch"], ["--sides", "kiln_bf16"],
                     ["--precision", "bf16", "--threads", "3"]):
             self.assertEqual(self.parse(*bad), 2, bad)
+
+    def test_a_kiln_bf16_run_that_ran_fp32_fails(self):
+        self.kiln = driver_testing.write_fake_kiln(
+            self.tmp.name, ["version", "train", "ops-bench"], "kiln fake-2.0",
+            "train: the model exploded", FAKE_OPS_BENCH + FAKE_TRAIN)
+        r, _ = self.drive({"FAKE_PRECISION": "fp32"}, "--precision", "bf16", "--quick",
+                          "--steps", "3", "--sides", "kiln_bf16")
+        self.assertEqual(r.returncode, 1, r.stdout + r.stderr)
+        self.assertIn("kiln train ran precision 'fp32', not bf16", r.stdout + r.stderr)
 
     def test_bf16_commands_and_peaks_of_each_side(self):
         d = self.driver

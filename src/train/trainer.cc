@@ -337,6 +337,7 @@ Result<TrainSummary> train(const TrainConfig& config, const TrainerOptions& opti
   summary.val_loss = std::numeric_limits<float>::quiet_NaN();
   summary.peak_gflops = peak_gflops;
   summary.config_sha256 = options.config_sha256;
+  summary.precision = h.precision;
   bool warned_mfu = false;  // the MFU-above-1 warning is given once
   double first_step_ns = 0;
   double later_steps_ns = 0;  // time of steps 2..S, for the mean rate after warm-up

@@ -78,6 +78,7 @@ std::string format_done_json(const TrainSummary& s) {
   w.field("tokens_per_s", s.tokens_per_s);
   w.field("peak_rss_bytes", s.peak_rss_bytes);
   if (s.stopped) w.text(",\"stopped\":true");
+  w.text(s.precision == Precision::kBf16 ? ",\"precision\":\"bf16\"" : ",\"precision\":\"fp32\"");
   w.text("}");
   std::string line(w.view());
   // Hex digits only (the caller's hash): nothing to escape.

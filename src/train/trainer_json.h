@@ -4,6 +4,7 @@
 //    "step_ms":210.3,"mfu":0.21}                                  (+ "val_loss" when validated)
 //   {"event":"done","steps":300,"train_loss":3.2,"val_loss":3.9,"tokens_per_s":1250.1,
 //    "peak_rss_bytes":812345344}                                  (+ "stopped":true when stopped,
+//                                         "precision":"fp32" or "bf16",
 //                                         "config_sha256":"9f86d0..." when the caller gave it)
 //
 // Numbers are written with std::to_chars (the shortest text that reads back to the same value);

@@ -87,12 +87,15 @@ TEST(DoneJsonTest, HasEveryField) {
   EXPECT_DOUBLE_EQ(j["tokens_per_s"].get<double>(), 1000.5);
   EXPECT_EQ(j["peak_rss_bytes"], 123456789);
   EXPECT_FALSE(j.contains("config_sha256"));
+  EXPECT_EQ(j["precision"], "fp32");
   // The config's digest, when the caller gave it, names what was run (a trial compares by it).
   s.config_sha256 = std::string(64, 'a');
   s.stopped = true;
   const nlohmann::json k = nlohmann::json::parse(format_done_json(s));
   EXPECT_EQ(k["config_sha256"], std::string(64, 'a'));
   EXPECT_EQ(k["stopped"], true);
+  s.precision = Precision::kBf16;
+  EXPECT_EQ(nlohmann::json::parse(format_done_json(s))["precision"], "bf16");
 }
 
 TEST(ProgressTest, EtaReadsAsHoursMinutesSeconds) {

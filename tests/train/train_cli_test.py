@@ -40,7 +40,7 @@ train:
 STEP_FIELDS = {"step", "loss", "lr", "grad_norm", "tokens_per_s", "step_ms", "mfu", "world",
                "comm_exposed_ms", "ckpt_stall_ms"}
 DONE_FIELDS = {"event", "steps", "train_loss", "val_loss", "tokens_per_s", "peak_rss_bytes",
-               "config_sha256"}
+               "config_sha256", "precision"}
 TIMEOUT_S = 120  # one command; these runs take seconds
 
 

@@ -24,7 +24,8 @@
 // - json: one line per step {"step","loss","lr","grad_norm","tokens_per_s","step_ms","mfu",
 //   "world","comm_exposed_ms","ckpt_stall_ms"} plus "val_loss" on steps that validate, then
 //   {"event":"done","steps","train_loss","val_loss", "tokens_per_s" (mean over the steps after the
-//   first),"peak_rss_bytes"} with "stopped":true added when a stop request ended the run.
+//   first),"peak_rss_bytes","precision"} with "stopped":true added when a stop request ended the
+//   run.
 // - otherwise the progress line `step 12/300 | loss 6.123 | val 6.201 | 1234 tok/s | 210 ms/step |
 //   ETA 1m02s`: live, it is redrawn in place at most 4 times a second; at validation steps and at
 //   the end it is kept (newline), and those kept lines are all that is printed when not live.
@@ -168,6 +169,7 @@ struct TrainSummary {
   int64_t peak_rss_bytes = 0;
   double peak_gflops = 0;     // the peak MFU was computed against
   std::string config_sha256;  // TrainerOptions::config_sha256
+  Precision precision = Precision::kFp32;  // train.precision: what the matrix products ran in
   // A StopRequest ended the run after `steps`, before its last step; its checkpoint (with a
   // ckpt_dir) is durable.
   bool stopped = false;
