@@ -231,15 +231,29 @@ std::vector<OpRow> time_ops(const ModelConfig& c, int64_t B, int64_t T, size_t p
     return TensorView::strided(base.data() + i * C, kiln::ops::DType::kF32, {B, T, H, D},
                                {T * 3 * C, 3 * C, D, 1});
   };
-  kiln::ops::AttentionParams af{third(qkv, 0), third(qkv, 1), third(qkv, 2),
+  // With bf16, attention reads bf16 q, k, v and dout, as the model gives it.
+  std::vector<uint16_t> qkv16 = bf16 ? bf16_of(qkv, ctx) : std::vector<uint16_t>();
+  const auto input_third = [&](int64_t i) {
+    if (!bf16) return third(qkv, i);
+    return TensorView::strided(qkv16.data() + i * C, kiln::ops::DType::kBF16, {B, T, H, D},
+                               {T * 3 * C, 3 * C, D, 1});
+  };
+  kiln::ops::AttentionParams af{input_third(0), input_third(1), input_third(2),
                                 TensorView::f32(y.data(), {B, T, H, D}),
                                 TensorView::f32(stats.data(), {B, H, T})};
   rows.push_back({"attention fwd", blocks,
                   op_ms([&] { return kiln::ops::attention_forward(af, ctx); }, "attention fwd")});
   kiln::ops::AttentionBackwardParams ab{
-      third(qkv, 0),  third(qkv, 1),  third(qkv, 2),
-      af.o,           af.lse,         TensorView::f32(dy.data(), {B, T, H, D}),
-      third(dqkv, 0), third(dqkv, 1), third(dqkv, 2)};
+      input_third(0),
+      input_third(1),
+      input_third(2),
+      af.o,
+      af.lse,
+      bf16 ? TensorView::of(dy16.data(), kiln::ops::DType::kBF16, {B, T, H, D})
+           : TensorView::f32(dy.data(), {B, T, H, D}),
+      third(dqkv, 0),
+      third(dqkv, 1),
+      third(dqkv, 2)};
   rows.push_back({"attention bwd", blocks,
                   op_ms([&] { return kiln::ops::attention_backward(ab, ctx); }, "attention bwd")});
 
@@ -281,8 +295,9 @@ std::vector<OpRow> time_ops(const ModelConfig& c, int64_t B, int64_t T, size_t p
 
   if (bf16) {
     // What model_precision.cc converts: each matmul's input in the forward (ln_1, attn output,
-    // ln_2, ln_f: N x C; GELU output: N x 4C), each linear's output gradient in the backward
-    // (N x C twice, 4C, 3C a block; the head's N x Vp), and the weights once a step.
+    // ln_2, ln_f: N x C; GELU output: N x 4C; qkv for attention: N x 3C), each linear's output
+    // gradient in the backward (N x C twice, 4C, 3C a block; attention's dout N x C; the head's
+    // N x Vp), and the weights once a step.
     std::vector<uint16_t> out16(static_cast<size_t>(N * Vp));
     const auto convert_ms = [&](std::vector<float>& src, int64_t n) {
       return op_ms(
@@ -294,9 +309,9 @@ std::vector<OpRow> time_ops(const ModelConfig& c, int64_t B, int64_t T, size_t p
     };
     const double nc = convert_ms(x, N * C), n4c = convert_ms(x, N * 4 * C);
     const double n3c = convert_ms(x, N * 3 * C), nvp = convert_ms(logits, N * Vp);
-    rows.push_back({"to bf16: forward inputs (per block)", blocks, 3 * nc + n4c});
+    rows.push_back({"to bf16: forward inputs (per block)", blocks, 3 * nc + n4c + n3c});
     rows.push_back({"to bf16: ln_f output", 1, nc});
-    rows.push_back({"to bf16: output gradients (per block)", blocks, 2 * nc + n4c + n3c});
+    rows.push_back({"to bf16: output gradients (per block)", blocks, 3 * nc + n4c + n3c});
     rows.push_back({"to bf16: dlogits", 1, nvp});
   }
   std::vector<float> p = filled(param_floats, 15), g = filled(param_floats, 16);

@@ -7,6 +7,7 @@
 #include <kiln/base/cpu.h>
 #include <kiln/base/thread_pool.h>
 #include <kiln/ops/context.h>
+#include <kiln/ops/matmul.h>
 
 #include <nlohmann/json.hpp>
 
@@ -70,6 +71,8 @@ int run_ops_bench_command(const OpsBenchOptions& o) {
     out["threads"] = o.threads;
     out["isa"] = cpu_isa_name(ctx->isa);
     out["dtype"] = o.dtype;
+    // bf16 runs on oneDNN's kernel whatever the ISA above says (that is Kiln's own kernels').
+    if (o.dtype == "bf16") out["kernel"] = ops::bf16_matmul_kernel();
     out["iters"] = o.iters;
     out["ms"] = result->ms;
     out["flops"] = result->flops;
