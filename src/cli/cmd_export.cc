@@ -52,8 +52,9 @@ int run_export(const ExportFlags& flags, const GlobalOptions& globals) {
       s.ok() ? train::Gpt2::create(config->model, 1, 1) : Result<train::Gpt2>(s);
   if (model.ok()) s = train::load_weights(&*model, flags.weights_path);
   if (!model.ok()) s = model.status();
-  if (s.ok()) s = train::save_weights(*model, flags.out_path, dtype);
   if (!s.ok()) return report_error("export", s.with_context("--weights"));
+  s = train::save_weights(*model, flags.out_path, dtype);
+  if (!s.ok()) return report_error("export", s.with_context("--out"));
   log.info("exported weights",
            {{"path", flags.out_path}, {"from", flags.weights_path}, {"dtype", flags.dtype}});
   return kExitOk;

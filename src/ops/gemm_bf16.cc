@@ -3,11 +3,14 @@
 
 #include <omp.h>
 
+#include <algorithm>
+#include <exception>
 #include <list>
 #include <oneapi/dnnl/dnnl.hpp>
 #include <tuple>
 #include <unordered_map>
 #include <utility>
+#include <vector>
 
 #include <kiln/base/check.h>
 
@@ -17,8 +20,10 @@ namespace {
 using dnnl::memory;
 
 // Shapes a thread keeps primitives for. GPT-2's step has 9 GEMM shapes per direction (a handful
-// more at the edges of the blocks), and bf16 attention 5 per block of queries (T / 64 blocks:
-// 80 at T = 1024); past the bound the least recently used is dropped.
+// more at the edges of the blocks), and causal bf16 attention 3 per block of 64 queries (S and
+// dP share one, P V and dQ another, dK and dV the third): 48 at T = 1,024, 192 at T = 4,096.
+// Past the bound the least recently used is dropped (and rebuilt from oneDNN's own primitive
+// cache when needed again: correct, slower).
 constexpr size_t kPrimitivesPerThread = 256;
 
 // The process's CPU engine: created once, never changed (oneDNN engines are thread-safe).
@@ -45,9 +50,14 @@ struct KeyHash {
   }
 };
 
+// A primitive with its memory objects, made once: a call only points them at its buffers
+// (set_data_handle) and runs it through the C API with a fixed argument array, so a call
+// allocates nothing in Kiln's code (oneDNN may inside).
 struct Prepared {
   memory::desc a, b, bias, c;
+  memory ma, mb, mbias, mc;
   dnnl::matmul matmul;
+  std::string kernel;  // oneDNN's name of the implementation it chose
 };
 
 // The descriptors of one GEMM: op(A) (m, k) and op(B) (k, n) as strided views of the row-major
@@ -70,13 +80,18 @@ Prepared prepare(const Key& key) {
       key.bias ? dnnl::matmul::desc(p.a, p.b, p.bias, p.c) : dnnl::matmul::desc(p.a, p.b, p.c),
       attr, cpu_engine());
   p.matmul = dnnl::matmul(pd);
+  p.kernel = pd.impl_info_str();
+  p.ma = memory(p.a, cpu_engine(), DNNL_MEMORY_NONE);
+  p.mb = memory(p.b, cpu_engine(), DNNL_MEMORY_NONE);
+  p.mc = memory(p.c, cpu_engine(), DNNL_MEMORY_NONE);
+  if (key.bias) p.mbias = memory(p.bias, cpu_engine(), DNNL_MEMORY_NONE);
   return p;
 }
 
 // A thread's primitives, most recently used first.
 class PrimitiveCache {
  public:
-  const Prepared& get(const Key& key) {
+  Prepared& get(const Key& key) {
     auto found = index_.find(key);
     if (found != index_.end()) {
       entries_.splice(entries_.begin(), entries_, found->second);
@@ -93,6 +108,18 @@ class PrimitiveCache {
 
  private:
   std::list<std::pair<Key, Prepared>> entries_;
+
+ public:
+  // The distinct kernels of the primitives held.
+  std::vector<std::string> kernels() const {
+    std::vector<std::string> out;
+    for (const auto& [key, p] : entries_) {
+      if (std::find(out.begin(), out.end(), p.kernel) == out.end()) out.push_back(p.kernel);
+    }
+    return out;
+  }
+
+ private:
   std::unordered_map<Key, std::list<std::pair<Key, Prepared>>::iterator, KeyHash> index_;
 };
 
@@ -125,7 +152,18 @@ const Probe& process_probe() {
   return *p;
 }
 
+// The calling thread's primitives and stream (thread_local: oneDNN's primitives run on the
+// thread that made them when built without concurrent execution, as Debian's is).
+PrimitiveCache& thread_cache() {
+  thread_local PrimitiveCache cache;
+  return cache;
+}
+
 }  // namespace
+
+std::vector<std::string> bf16_gemm_kernels_run_here() {
+  return thread_cache().kernels();
+}
 
 Status bf16_gemm_available() {
   return process_probe().status;
@@ -142,25 +180,34 @@ void bgemm_single_threaded(bool trans_a, bool trans_b, int64_t m, int64_t n, int
   // As gemm_call.cc: one OpenMP thread under each of kiln_ops' tasks (the setting is the
   // calling thread's own).
   if (omp_get_max_threads() != 1) omp_set_num_threads(1);
-  thread_local PrimitiveCache cache;
-  thread_local dnnl::stream stream(cpu_engine());
   const Key key{trans_a, trans_b, bias != nullptr, beta != 0.0f, m, n, k, lda, ldb, ldc};
+  dnnl_status_t status = dnnl_success;
   try {
-    const Prepared& p = cache.get(key);
+    thread_local dnnl::stream stream(cpu_engine());
+    Prepared& p = thread_cache().get(key);
     // oneDNN takes non-const handles; it only reads A, B and the bias.
-    std::unordered_map<int, memory> args = {
-        {DNNL_ARG_SRC, memory(p.a, cpu_engine(), const_cast<uint16_t*>(a))},
-        {DNNL_ARG_WEIGHTS, memory(p.b, cpu_engine(), const_cast<uint16_t*>(b))},
-        {DNNL_ARG_DST, memory(p.c, cpu_engine(), c)}};
+    p.ma.set_data_handle(const_cast<uint16_t*>(a));
+    p.mb.set_data_handle(const_cast<uint16_t*>(b));
+    p.mc.set_data_handle(c);
+    dnnl_exec_arg_t args[4] = {{DNNL_ARG_SRC, p.ma.get()},
+                               {DNNL_ARG_WEIGHTS, p.mb.get()},
+                               {DNNL_ARG_DST, p.mc.get()},
+                               {DNNL_ARG_BIAS, nullptr}};
+    int nargs = 3;
     if (bias != nullptr) {
-      args.emplace(DNNL_ARG_BIAS, memory(p.bias, cpu_engine(), const_cast<float*>(bias)));
+      p.mbias.set_data_handle(const_cast<float*>(bias));
+      args[nargs++].memory = p.mbias.get();
     }
-    p.matmul.execute(stream, args);
-    stream.wait();
-  } catch (const dnnl::error& e) {
+    status = dnnl_primitive_execute(p.matmul.get(), stream.get(), nargs, args);
+    if (status == dnnl_success) status = dnnl_stream_wait(stream.get());
+  } catch (const std::exception& e) {
+    // oneDNN's refusal of validated shapes (dnnl::error), or memory for a primitive that cannot
+    // be had (std::bad_alloc): neither can be reported through a pool task, and both are fatal.
     KILN_CHECK(false) << "oneDNN bf16 matmul m=" << m << " n=" << n << " k=" << k << " lda=" << lda
                       << " ldb=" << ldb << " ldc=" << ldc << ": " << e.what();
   }
+  KILN_CHECK(status == dnnl_success) << "oneDNN bf16 matmul m=" << m << " n=" << n << " k=" << k
+                                     << " status " << static_cast<int>(status);
 }
 
 }  // namespace kiln::ops

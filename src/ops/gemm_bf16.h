@@ -23,6 +23,7 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include <kiln/base/status.h>
 
@@ -35,6 +36,10 @@ Status bf16_gemm_available();
 // oneDNN's name for the kernel a bf16 GEMM runs here ("brg:avx512_core_amx_bf16"), or "" when
 // bf16_gemm_available() is not OK.
 std::string bf16_gemm_kernel();
+
+// The distinct kernels (oneDNN's names) of the bf16 GEMMs the calling thread has run and still
+// holds primitives for: what tests check ran on the matrix units ("brg:..."), not a fallback.
+std::vector<std::string> bf16_gemm_kernels_run_here();
 
 // REQUIRES: bf16_gemm_available() is OK; beta is 0 or 1; every dimension positive; strides
 // valid for the shapes (the callers check). A refusal by oneDNN is a bug, checked.

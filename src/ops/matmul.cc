@@ -64,25 +64,48 @@ void run_block(const Gemm& g, int64_t m0, int64_t m1, int64_t n0, int64_t n1) {
 // A bf16 GEMM in blocks of kBf16Block rows of C (of columns when C has fewer rows than that and
 // is wider than tall), each a single-threaded oneDNN call on kiln_ops' pool; with a `bias`,
 // oneDNN adds its slice.
-void run_bf16_gemm(const Gemm& g, const float* bias, const Context& ctx) {
+//
+// oneDNN runs its AMX (brgemm) kernels only on dense operands: a block of rows of a transposed A
+// (the weight gradient's dy^T, whose rows are n apart) would run its slower gemm:jit kernel. Such
+// a block is first copied into a dense (k x block) scratch of the task's thread.
+Status run_bf16_gemm(const Gemm& g, const float* bias, const Context& ctx) {
   const bool by_rows = g.m >= kBf16Block || g.m >= g.n;
   const int64_t extent = by_rows ? g.m : g.n;
   const int64_t tasks = (extent + kBf16Block - 1) / kBf16Block;
-  run_parallel(ctx, tasks, [&](int64_t task, int) {
+  const bool pack_a = by_rows && g.trans_a && g.lda != std::min(kBf16Block, g.m);
+  uint16_t* packs = nullptr;
+  const int64_t pack_elems = g.k * kBf16Block;
+  Workspace own;
+  if (pack_a) {
+    Workspace& workspace = ctx.workspace != nullptr ? *ctx.workspace : own;
+    const int64_t bytes = pack_elems * ctx.threads() * static_cast<int64_t>(sizeof(uint16_t));
+    packs = static_cast<uint16_t*>(workspace.reserve(static_cast<size_t>(bytes)));
+    if (packs == nullptr) return scratch_unavailable("matmul (bf16 A blocks)", bytes);
+  }
+  run_parallel(ctx, tasks, [&](int64_t task, int thread) {
     const int64_t lo = task * kBf16Block;
     const int64_t hi = std::min(extent, lo + kBf16Block);
     const int64_t m0 = by_rows ? lo : 0, m1 = by_rows ? hi : g.m;
     const int64_t n0 = by_rows ? 0 : lo, n1 = by_rows ? g.n : hi;
     const auto* a = static_cast<const uint16_t*>(g.a) + (g.trans_a ? m0 : m0 * g.lda);
+    int64_t lda = g.lda;
+    if (pack_a) {
+      uint16_t* pack = packs + pack_elems * thread;
+      const int64_t width = m1 - m0;
+      for (int64_t r = 0; r < g.k; ++r)
+        std::memcpy(pack + r * width, a + r * g.lda, static_cast<size_t>(width) * sizeof(uint16_t));
+      a = pack, lda = width;
+    }
     const auto* b = static_cast<const uint16_t*>(g.b) + (g.trans_b ? n0 * g.ldb : n0);
-    bgemm_single_threaded(g.trans_a, g.trans_b, m1 - m0, n1 - n0, g.k, a, g.lda, b, g.ldb,
+    bgemm_single_threaded(g.trans_a, g.trans_b, m1 - m0, n1 - n0, g.k, a, lda, b, g.ldb,
                           bias == nullptr ? nullptr : bias + n0, g.beta, g.c + m0 * g.ldc + n0,
                           g.ldc);
   });
+  return Status();
 }
 
-void run_gemm(const Gemm& g, const Context& ctx) {
-  if (g.m == 0 || g.n == 0) return;
+Status run_gemm(const Gemm& g, const Context& ctx) {
+  if (g.m == 0 || g.n == 0) return Status();
   if (g.in == DType::kBF16) return run_bf16_gemm(g, nullptr, ctx);
   const int threads = ctx.threads();
   const bool by_rows = g.m >= threads * kMinRowsPerTask || g.m >= g.n;
@@ -99,6 +122,7 @@ void run_gemm(const Gemm& g, const Context& ctx) {
       run_block(g, 0, g.m, lo, hi);
     }
   });
+  return Status();
 }
 
 // The checks shared by forward and backward: the dtype, 2-d, unit inner stride, and the sizes
@@ -181,7 +205,7 @@ Status matmul_forward(const MatmulParams& p, const Context& ctx) {
     // rows, while they are in cache.
     const float* bias = p.bias.f32_ptr();
     if (in == DType::kBF16) {
-      if (m > 0 && n > 0) run_bf16_gemm(g, bias, ctx);
+      if (m > 0 && n > 0) KILN_RETURN_IF_ERROR(run_bf16_gemm(g, bias, ctx));
       return Status();
     }
     g.beta = 1.0f;
@@ -197,8 +221,7 @@ Status matmul_forward(const MatmulParams& p, const Context& ctx) {
     });
     return Status();
   }
-  run_gemm(g, ctx);
-  return Status();
+  return run_gemm(g, ctx);
 }
 
 Status matmul_backward(const MatmulBackwardParams& p, const Context& ctx) {
@@ -233,7 +256,7 @@ Status matmul_backward(const MatmulBackwardParams& p, const Context& ctx) {
       for (int64_t r = 0; r < m; ++r)
         std::memset(g.c + r * g.ldc, 0, k * sizeof(float));
     } else if (n > 0) {
-      run_gemm(g, ctx);
+      KILN_RETURN_IF_ERROR(run_gemm(g, ctx));
     }
   }
   if (p.dw.present() && m > 0) {  // dw += dy^T @ x: (n x m) @ (m x k)
@@ -246,7 +269,7 @@ Status matmul_backward(const MatmulBackwardParams& p, const Context& ctx) {
     g.b = data_of(p.x), g.ldb = p.x.stride[0];
     g.beta = 1.0f;
     g.c = p.dw.f32_ptr(), g.ldc = p.dw.stride[0];
-    run_gemm(g, ctx);
+    KILN_RETURN_IF_ERROR(run_gemm(g, ctx));
   }
   if (p.dbias.present() && m > 0) {
     return KILN_OPS_DISPATCH(ctx, kOp, column_sums_accumulate, p.dy, p.dbias, ctx);

@@ -10,6 +10,7 @@
 // Also what callers rely on: the result does not depend on the thread count, mixed inputs are
 // refused naming the operand, and dbias sums a bf16 dy in f32.
 #include <kiln/base/thread_pool.h>
+#include <kiln/ops/attention.h>
 #include <kiln/ops/convert.h>
 #include <kiln/ops/matmul.h>
 
@@ -17,7 +18,10 @@
 
 #include <algorithm>
 #include <cmath>
+#include <fstream>
+#include <iterator>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "ops/gemm_bf16.h"
@@ -215,7 +219,9 @@ TEST(MatmulBf16Test, ErrorFromTheUnroundedInputsIsWithinTheRoundingBound) {
 
 TEST(MatmulBf16Test, ResultsDoNotDependOnThreadCount) {
   SKIP_WITHOUT_BF16_GEMM();
-  for (const Dims& d : {Dims{300, 200, 150}, Dims{7, 900, 64}}) {
+  // A long reduction over several blocks of rows (where oneDNN's order of sums depends on the
+  // block's shape), and few rows split by columns.
+  for (const Dims& d : {Dims{300, 200, 150}, Dims{7, 900, 64}, Dims{400, 96, 3072}}) {
     Case::Out first;
     for (int threads : {1, 2, 5}) {
       ThreadPool pool(threads);
@@ -268,6 +274,63 @@ TEST(MatmulBf16Test, MixedOrWrongDtypesAreRefusedByName) {
   EXPECT_NE(s.to_string().find("matmul_backward: dy is f32[8,6] but must be bf16"),
             std::string::npos)
       << s.to_string();
+}
+
+// Every bf16 GEMM of a GPT-2 block (its linears forward and backward, attention forward and
+// backward on the thirds of a fused qkv) runs oneDNN's brgemm kernel: the operands kiln_ops hands
+// it are dense, which its AMX and AVX512-BF16 kernels need (a strided one falls back to
+// gemm:jit). Run without a pool on a thread of its own, so that its primitives are exactly the
+// ones listed (a thread's cache keeps what earlier tests ran).
+void run_gpt2_block_bf16() {
+  const Context ctx = cpu_context(nullptr);
+  for (const Dims& d : {Dims{256, 3 * 768, 768}, Dims{256, 768, 3072}}) {
+    Case c(d, 51);
+    Case::Out out;
+    ASSERT_TRUE(c.run(ctx, &out).ok());
+  }
+  const int64_t B = 2, T = 200, H = 3, D = 64, C = H * D;
+  std::vector<uint16_t> qkv = to_bf16(uniform(B * T * 3 * C, 61)),
+                        dout = to_bf16(uniform(B * T * C, 62));
+  std::vector<float> o(B * T * C), lse(B * H * T), dqkv(B * T * 3 * C);
+  const auto third = [&](void* base, DType dtype, int64_t i) {
+    return TensorView::strided(static_cast<char*>(base) + i * C * dtype_bytes(dtype), dtype,
+                               {B, T, H, D}, {T * 3 * C, 3 * C, D, 1});
+  };
+  AttentionParams f{third(qkv.data(), DType::kBF16, 0),
+                    third(qkv.data(), DType::kBF16, 1),
+                    third(qkv.data(), DType::kBF16, 2),
+                    TensorView::f32(o.data(), {B, T, H, D}),
+                    TensorView::f32(lse.data(), {B, H, T}),
+                    true,
+                    0.0f};
+  ASSERT_TRUE(attention_forward(f, ctx).ok());
+  AttentionBackwardParams b{f.q,
+                            f.k,
+                            f.v,
+                            f.o,
+                            f.lse,
+                            TensorView::of(dout.data(), DType::kBF16, {B, T, H, D}),
+                            third(dqkv.data(), DType::kF32, 0),
+                            third(dqkv.data(), DType::kF32, 1),
+                            third(dqkv.data(), DType::kF32, 2),
+                            true,
+                            0.0f};
+  ASSERT_TRUE(attention_backward(b, ctx).ok());
+  const std::vector<std::string> kernels = bf16_gemm_kernels_run_here();
+  ASSERT_FALSE(kernels.empty());
+  for (const std::string& k : kernels)
+    EXPECT_EQ(k.rfind("brg:", 0), 0u) << k;
+}
+
+TEST(MatmulBf16Test, AGpt2BlockRunsOnlyBrgemmKernels) {
+  SKIP_WITHOUT_BF16_GEMM();
+  std::ifstream cpuinfo("/proc/cpuinfo");
+  const std::string flags((std::istreambuf_iterator<char>(cpuinfo)), {});
+  if (flags.find("avx512_bf16") == std::string::npos) {
+    GTEST_SKIP() << "no AVX512-BF16: oneDNN's bf16 matmul is gemm:jit here by design";
+  }
+  std::thread fresh(run_gpt2_block_bf16);
+  fresh.join();
 }
 
 TEST(MatmulBf16Test, NamesItsKernel) {

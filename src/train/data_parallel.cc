@@ -171,6 +171,9 @@ Status ShardedAdamW::step(std::span<float> params, std::span<float> grads,
   }
   const double norm = std::sqrt(sum_sq);
   if (grad_norm != nullptr) *grad_norm = norm;
+  // A non-finite norm, the same on every rank (all-reduced): no update and no all-gather on any
+  // rank, so the parameters and moments stay the last good step's; the trainer stops the run.
+  if (!std::isfinite(norm)) return Status();
   const float scale = max_norm > 0 ? ops::grad_clip_scale(norm, max_norm) : 1.0f;
 
   KILN_RETURN_IF_ERROR(adamw_pieces(ranges_, begin_, end_, params, grads, m_.data(), v_.data(),

@@ -122,7 +122,8 @@ class ShardedAdamW {
 
   // Reduce-scatters (averages) `grads`, computes the global norm into *grad_norm, clips to
   // max_norm (0: no clipping), updates this rank's slice of `params` and all-gathers them.
-  // Afterwards only this rank's slice of `grads` holds averaged gradients.
+  // Afterwards only this rank's slice of `grads` holds averaged gradients. A non-finite norm
+  // (overflow or NaN; the same on every rank) updates nothing and gathers nothing.
   Status step(std::span<float> params, std::span<float> grads, const AdamWSettings& settings,
               float lr, int64_t step, double max_norm, const ops::Context& ctx, double* grad_norm);
 

@@ -4,6 +4,7 @@
 
 #include <cmath>
 #include <cstring>
+#include <limits>
 #include <string>
 #include <vector>
 
@@ -246,6 +247,43 @@ TEST_P(ShardedAdamWTest, MatchesTheReplicatedStep) {
 // ZeRO-1 saves memory: a rank's model, created as the trainer creates it under zero: 1, holds
 // moment arenas of its share's size (its slice plus the tail, about 1/W of the parameter arena),
 // and ShardedAdamW steps on exactly those arenas.
+// An overflow on one rank (an infinite gradient element) makes the global norm non-finite on
+// every rank: nobody updates or gathers, so parameters and moments stay as they were, and the
+// norm is reported for the trainer to stop on.
+TEST_P(ShardedAdamWTest, ANonFiniteNormUpdatesNothingOnAnyRank) {
+  const int world = GetParam();
+  comm::testing::ClusterSpec spec;
+  spec.world_size = world;
+  auto cluster = comm::testing::ThreadCluster::create(spec);
+  ASSERT_TRUE(cluster.ok()) << cluster.status().to_string();
+  const Layout a = layout(2, 301);
+  const size_t total = a.total;
+  ops::Context ctx;
+  ctx.isa = CpuIsa::kScalar;
+  std::vector<float> init(total);
+  for (size_t i = 0; i < total; ++i)
+    init[i] = 0.02f * static_cast<float>(std::cos(0.11 * i));
+  std::vector<std::vector<float>> params(world, init);
+  std::vector<double> norms(world, 0.0);
+  std::vector<Status> st = (*cluster)->run([&](int rank) -> Status {
+    const size_t share = ShardedAdamW::moment_floats(total, world);
+    std::vector<float> rank_m(share, 0.0f), rank_v(share, 0.0f);
+    ShardedAdamW opt(&(*cluster)->comm(rank), a.params, total, rank_m, rank_v);
+    std::vector<float> grads(total, 0.01f);
+    if (rank == world - 1) grads[total / 3] = std::numeric_limits<float>::infinity();
+    KILN_RETURN_IF_ERROR(opt.step(params[rank], grads, AdamWSettings{0.9f, 0.95f, 1e-8f, 0.1f},
+                                  1e-3f, 1, 1.0, ctx, &norms[rank]));
+    for (float x : rank_m)
+      if (x != 0.0f) return Status::aborted("a moment moved");
+    return Status();
+  });
+  for (int rank = 0; rank < world; ++rank) {
+    ASSERT_TRUE(st[rank].ok()) << st[rank].to_string();
+    EXPECT_FALSE(std::isfinite(norms[rank])) << "rank " << rank;
+    EXPECT_EQ(params[rank], init) << "rank " << rank << " updated its parameters";
+  }
+}
+
 TEST_P(ShardedAdamWTest, ARankModelHoldsMomentArenasOfItsShareOnly) {
   const int world = GetParam();
   comm::testing::ClusterSpec spec;

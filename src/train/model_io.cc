@@ -4,8 +4,8 @@
 // File = every ParamInfo in export order, F32 (or all BF16), its export shape (wte without its
 // pad rows), plus
 // __metadata__ {format: "kiln-gpt2", n_layer, n_head, n_embd, block_size, vocab_size}. Loading is
-// strict: the tensor set must be exactly the model's, each F32 with the model's shape, and the
-// metadata's config fields (those present) must equal the model's; everything is checked before
+// strict: the tensor set must be exactly the model's, each F32 or BF16 with the model's shape, and
+// the metadata's config fields (those present) must equal the model's; everything is checked before
 // a single parameter is written. check_weights_file() runs the same checks without a model, so a
 // caller can refuse a file before allocating a model of the size its metadata claims.
 #include <cstring>

@@ -382,10 +382,10 @@ Result<TrainSummary> train(const TrainConfig& config, const TrainerOptions& opti
     r.lr = learning_rate(schedule, step);
     // The overflow and NaN check of every step (bf16 has f32's range, so no loss scaling: a
     // non-finite loss or gradient norm is a diverged run, not a step to skip). A non-finite
-    // loss is caught before the update; a non-finite norm before the update here, after it
-    // under ZeRO-1 (ShardedAdamW computes the norm inside its step). Either way the step is
-    // reported, not validated and not checkpointed, and the run stops: the last checkpoint
-    // stays the last good one.
+    // loss is caught before the update; a non-finite norm too (ShardedAdamW, which computes it
+    // under ZeRO-1, then skips its update and all-gather on every rank). Either way the step is
+    // reported, not validated and not checkpointed, and the run stops: the parameters and the
+    // last checkpoint stay the last good step's.
     const bool loss_finite = std::isfinite(r.loss);
     if (!loss_finite) {
       r.grad_norm = std::numeric_limits<double>::quiet_NaN();

@@ -307,7 +307,16 @@ class TrainCliTest(unittest.TestCase):
     def test_bf16_training_and_a_bf16_export_that_samples(self):
         """--precision bf16 trains (its losses near fp32's, not equal), its weights export as
         BF16 with each value fp32's rounded to nearest even (checked by hand here), the bf16 file
-        loads for sampling, and a precision that is neither is bad input naming the flag."""
+        loads for sampling, and a precision that is neither is bad input naming the flag. A CPU
+        without AVX-512 has no bf16 matmul: there the run must fail at start, saying so."""
+        with open("/proc/cpuinfo") as f:
+            has_avx512 = "avx512f" in f.read().split()
+        if not has_avx512:
+            r = run_kiln("train", self.config, "--precision", "bf16", timeout=TIMEOUT_S)
+            self.assertNotEqual(r.returncode, 0)
+            self.assertIn("bf16", r.stderr)
+            self.assertIn("AVX-512", r.stderr)
+            return
         fp32 = self.train_json("--max-steps", "3", "--val-every", "0",
                                "--export", self.path("fp32.safetensors"))
         bf16 = self.train_json("--max-steps", "3", "--val-every", "0", "--precision", "bf16",

@@ -13,7 +13,7 @@
 // are allocated by create(); forward, backward and adamw_step allocate nothing of their own. The
 // moment arenas are the parameter arena's size, or smaller: a ZeRO-1 rank's share (MomentArenas).
 //
-// Export order and names (safetensors, all F32, nn.Linear's (out, in) convention; wte exported
+// Export order and names (safetensors, all F32 or all BF16 (save_weights), nn.Linear's (out, in) convention; wte exported
 // without its pad rows):
 //   wte.weight (V, C), wpe.weight (block_size, C),
 //   for i in 0..L-1: h.{i}.ln_1.weight (C), h.{i}.ln_1.bias (C), h.{i}.attn.qkv.weight (3C, C)
