@@ -10,8 +10,10 @@
 // Memory: parameters, gradients and AdamW's two moments are each ONE contiguous, 64-byte aligned
 // float arena, laid out in the export order below (each tensor at a 64-byte aligned offset, wte
 // with its Vp - vocab zero pad rows); activations for (batch, seq) are one more arena. All of them
-// are allocated by create(); forward, backward and adamw_step allocate nothing of their own. The
-// moment arenas are the parameter arena's size, or smaller: a ZeRO-1 rank's share (MomentArenas).
+// are allocated by create(); forward, backward and adamw_step allocate nothing of their own (in
+// bf16, oneDNN's primitives are built during the first step and kept, and libdnnl may allocate
+// inside a call). The moment arenas are the parameter arena's size, or smaller: a ZeRO-1 rank's
+// share (MomentArenas).
 //
 // Export order and names (safetensors, all F32 or all BF16 (save_weights), nn.Linear's (out, in) convention; wte exported
 // without its pad rows):
