@@ -15,8 +15,8 @@
 // inside a call). The moment arenas are the parameter arena's size, or smaller: a ZeRO-1 rank's
 // share (MomentArenas).
 //
-// Export order and names (safetensors, all F32 or all BF16 (save_weights), nn.Linear's (out, in) convention; wte exported
-// without its pad rows):
+// Export order and names (safetensors, all F32 or all BF16 (save_weights), nn.Linear's (out, in)
+// convention; wte exported without its pad rows):
 //   wte.weight (V, C), wpe.weight (block_size, C),
 //   for i in 0..L-1: h.{i}.ln_1.weight (C), h.{i}.ln_1.bias (C), h.{i}.attn.qkv.weight (3C, C)
 //     (rows q, then k, then v; head h at rows h*D..h*D+D-1 of each), h.{i}.attn.qkv.bias (3C),

@@ -167,8 +167,8 @@ struct TrainSummary {
   float val_loss = 0;       // the last validation's (NaN when none ran)
   double tokens_per_s = 0;  // over the steps after the first (all steps when only one ran)
   int64_t peak_rss_bytes = 0;
-  double peak_gflops = 0;     // the peak MFU was computed against
-  std::string config_sha256;  // TrainerOptions::config_sha256
+  double peak_gflops = 0;                  // the peak MFU was computed against
+  std::string config_sha256;               // TrainerOptions::config_sha256
   Precision precision = Precision::kFp32;  // train.precision: what the matrix products ran in
   // A StopRequest ended the run after `steps`, before its last step; its checkpoint (with a
   // ckpt_dir) is durable.
