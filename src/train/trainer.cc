@@ -8,6 +8,7 @@
 #include <kiln/base/thread_pool.h>
 #include <kiln/ops/blas.h>
 #include <kiln/ops/context.h>
+#include <kiln/ops/matmul.h>
 #include <kiln/ops/optimizer.h>
 #include <kiln/train/loader.h>
 #include <kiln/train/model.h>
@@ -237,6 +238,20 @@ Result<TrainSummary> train(const TrainConfig& config, const TrainerOptions& opti
                                 ops::openblas_core_for(detect_cpu_features()) + ")"}});
   }
 
+  if (h.precision == Precision::kBf16) {
+    // oneDNN's kernel for a GPT-2-sized block. Without AMX its bf16 kernels ran slower than
+    // fp32 where they could be compared (an Intel Xeon with oneDNN capped at AVX512-BF16:
+    // docs/PERFORMANCE.md), so a run there is told to compare.
+    const std::string kernel = ops::bf16_matmul_kernel();
+    if (kernel.find("amx") == std::string::npos) {
+      log.warn(
+          "bf16 matrix products run without AMX on this CPU; oneDNN's AVX512-BF16 kernels were "
+          "slower than fp32 where measured: compare a few steps with --precision fp32",
+          {{"kernel", kernel}});
+    } else {
+      log.info("bf16 matrix products on the CPU's matrix units", {{"kernel", kernel}});
+    }
+  }
   double peak_gflops = options.peak_gflops;
   if (peak_gflops <= 0) {
     KILN_ASSIGN_OR_RETURN(peak_gflops, measure_peak_gflops(ctx, h.precision));
