@@ -50,6 +50,10 @@ Status adamw_update(const AdamWParams& p, const Context& ctx) {
   KILN_RETURN_IF_ERROR(expect_flat_f32(kOp, "grads", p.grads, n));
   KILN_RETURN_IF_ERROR(expect_flat_f32(kOp, "m", p.m, n));
   KILN_RETURN_IF_ERROR(expect_flat_f32(kOp, "v", p.v, n));
+  if (p.params_bf16.present()) {
+    KILN_RETURN_IF_ERROR(expect_shape(kOp, "params_bf16", p.params_bf16, DType::kBF16, {n}));
+    KILN_RETURN_IF_ERROR(expect_contiguous(kOp, "params_bf16", p.params_bf16));
+  }
   if (p.step < 1) {
     return Status::invalid_argument(std::string(kOp) + ": step is " + std::to_string(p.step) +
                                     " but counts from 1");

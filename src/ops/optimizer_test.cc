@@ -151,6 +151,34 @@ TEST_P(OptimizerTest, AdamWResultsAreIdenticalWithOneAndTwoThreads) {
   EXPECT_TRUE(same_bits(runs[0].v, runs[1].v));
 }
 
+// The bf16 copy AdamW writes as it goes is the reference rounding of the updated params, bit for
+// bit, on every ISA and thread count (chunks of 32 Ki elements, a vector tail); a wrong dtype or
+// size is refused by name.
+TEST_P(OptimizerTest, AdamWWritesTheRoundedParamsToItsBf16Copy) {
+  ThreadPool pool(2);
+  for (int64_t n : kSizes) {
+    for (ThreadPool* p : {static_cast<ThreadPool*>(nullptr), &pool}) {
+      SCOPED_TRACE("n=" + std::to_string(n));
+      State got = make_state(n, 4);
+      std::vector<uint16_t> copy(static_cast<size_t>(n), 0xFFFF);
+      AdamWParams params = got.params_for(hyperparameter_sets()[1]);
+      params.params_bf16 = TensorView::of(copy.data(), DType::kBF16, {n});
+      ASSERT_TRUE(adamw_update(params, context(p)).ok());
+      std::vector<uint16_t> want(static_cast<size_t>(n));
+      ASSERT_TRUE(
+          ref::convert_f32_to_bf16(flat(got.params), TensorView::of(want.data(), DType::kBF16, {n}))
+              .ok());
+      ASSERT_EQ(copy, want);
+    }
+  }
+  State s = make_state(10, 5);
+  std::vector<uint16_t> short_copy(9);
+  AdamWParams bad = s.params_for(AdamWParams{});
+  bad.params_bf16 = TensorView::of(short_copy.data(), DType::kBF16, {9});
+  const Status st = adamw_update(bad, context());
+  EXPECT_NE(st.to_string().find("params_bf16"), std::string::npos) << st.to_string();
+}
+
 TEST_P(OptimizerTest, AdamWRejectsInvalidViewsAndStepsAndWritesNothing) {
   State s = make_state(10, 3);
   const State before = s;

@@ -164,6 +164,8 @@ Status Gpt2::adamw_step(const AdamWConfig& c, float lr, int64_t step, float grad
   KILN_CHECK(s_->moment_floats == s_->param_floats)
       << "gpt2 adamw_step needs whole moment arenas, this model holds a share of "
       << s_->moment_floats << " of " << s_->param_floats << " floats (ShardedAdamW's)";
+  // A bf16 model's weights are rounded as each segment is updated: the segments tile the arena,
+  // so afterwards the copy is current (unless a segment failed, below).
   s_->weight16_stale = true;
   for (const AdamSegment& seg : s_->adam_segments) {
     const auto n = static_cast<int64_t>(seg.count);
@@ -179,8 +181,13 @@ Status Gpt2::adamw_step(const AdamWConfig& c, float lr, int64_t step, float grad
     p.weight_decay = seg.decay ? c.weight_decay : 0.0f;
     p.step = step;
     p.grad_scale = grad_scale;
+    if (s_->bf16()) {
+      p.params_bf16 =
+          ops::TensorView::of(s_->weight16_arena.get() + seg.offset, ops::DType::kBF16, {n});
+    }
     KILN_RETURN_IF_ERROR(ops::adamw_update(p, ctx));
   }
+  s_->weight16_stale = !s_->bf16();
   return Status();
 }
 

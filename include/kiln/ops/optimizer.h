@@ -35,6 +35,11 @@ struct AdamWParams {
   float weight_decay = 0.0f;
   int64_t step = 1;         // >= 1
   float grad_scale = 1.0f;  // from grad_clip_scale
+  // Optional (bf16, contiguous, params' numel): gets the updated params rounded to bf16 (nearest
+  // even, as convert_f32_to_bf16), written as each chunk is updated: a bf16 model's weight copy
+  // without a pass of its own. Last, so that positional initialisers of the fields above stay
+  // right.
+  TensorView params_bf16 = {};
 };
 Status adamw_update(const AdamWParams& p, const Context& ctx);
 
