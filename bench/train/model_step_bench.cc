@@ -297,7 +297,7 @@ std::vector<OpRow> time_ops(const ModelConfig& c, int64_t B, int64_t T, size_t p
     // What model_precision.cc converts: each matmul's input in the forward (ln_1, attn output,
     // ln_2, ln_f: N x C; GELU output: N x 4C; qkv for attention: N x 3C), each linear's output
     // gradient in the backward (N x C twice, 4C, 3C a block; attention's dout N x C; the head's
-    // N x Vp), and the weights once a step.
+    // N x Vp). The weights' copy is AdamW's (its row below).
     std::vector<uint16_t> out16(static_cast<size_t>(N * Vp));
     const auto convert_ms = [&](std::vector<float>& src, int64_t n) {
       return op_ms(
@@ -321,19 +321,11 @@ std::vector<OpRow> time_ops(const ModelConfig& c, int64_t B, int64_t T, size_t p
   rows.push_back({"grad norm", 1,
                   op_ms([&] { return kiln::ops::global_grad_norm(grads, ctx).status(); }, "norm")});
   kiln::ops::AdamWParams ap{vec(p, n), vec(g, n), vec(m, n), vec(v, n)};
-  rows.push_back(
-      {"adamw (whole arena)", 1, op_ms([&] { return kiln::ops::adamw_update(ap, ctx); }, "adamw")});
-  if (bf16) {
-    std::vector<uint16_t> p16(param_floats);
-    rows.push_back({"to bf16: weights (whole arena)", 1,
-                    op_ms(
-                        [&] {
-                          return kiln::ops::convert_f32_to_bf16(
-                              vec(p, n), TensorView::of(p16.data(), kiln::ops::DType::kBF16, {n}),
-                              ctx);
-                        },
-                        "weights to bf16")});
-  }
+  // A bf16 model's AdamW also writes the weights' bf16 copy as it goes (model.cc).
+  std::vector<uint16_t> p16(bf16 ? param_floats : 0);
+  if (bf16) ap.params_bf16 = TensorView::of(p16.data(), kiln::ops::DType::kBF16, {n});
+  rows.push_back({bf16 ? "adamw (+ bf16 weights)" : "adamw (whole arena)", 1,
+                  op_ms([&] { return kiln::ops::adamw_update(ap, ctx); }, "adamw")});
   return rows;
 }
 

@@ -10,6 +10,8 @@ namespace kiln::train {
 using ops::TensorView;
 
 Status gpt2_refresh_weight16(Gpt2::State& s, const ops::Context& ctx) {
+  // After adamw_step the copy is current (AdamW wrote it); after anything else that may have
+  // changed the parameters (init, a load, a resume, ShardedAdamW) it is rounded here.
   if (!s.bf16() || !s.weight16_stale) return Status();
   // The whole arena in one pass: the Linear weights and wte are nearly all of it (the rest,
   // wpe, norms and biases, is under 1% for GPT-2 small and costs less than skipping it would).
