@@ -19,29 +19,19 @@
 namespace kiln::train {
 namespace {
 
-// A zeroed, 64-byte aligned arena of `floats` floats (touched now, so the first step does not
-// pay for page faults); kUnavailable naming `what` when the memory cannot be had.
-Result<FloatArena> make_arena(size_t floats, const char* what) {
-  const size_t bytes = (floats * sizeof(float) + 63) / 64 * 64;
-  auto* data = static_cast<float*>(std::aligned_alloc(64, bytes == 0 ? 64 : bytes));
+// A zeroed, 64-byte aligned arena of `count` elements of T (float, or uint16_t for bf16),
+// touched now, so the first step does not pay for page faults; kUnavailable naming `what` when
+// the memory cannot be had.
+template <typename T>
+Result<std::unique_ptr<T[], FreeDeleter>> make_arena(size_t count, const char* what) {
+  const size_t bytes = (count * sizeof(T) + 63) / 64 * 64;
+  auto* data = static_cast<T*>(std::aligned_alloc(64, bytes == 0 ? 64 : bytes));
   if (data == nullptr) {
     return Status::unavailable("gpt2: cannot allocate the " + std::string(what) + " arena of " +
                                std::to_string(bytes) + " bytes");
   }
   std::memset(data, 0, bytes);
-  return FloatArena(data);
-}
-
-// A zeroed, 64-byte aligned arena of `halves` bf16 elements, as make_arena.
-Result<Bf16Arena> make_bf16_arena(size_t halves, const char* what) {
-  const size_t bytes = (halves * sizeof(uint16_t) + 63) / 64 * 64;
-  auto* data = static_cast<uint16_t*>(std::aligned_alloc(64, bytes == 0 ? 64 : bytes));
-  if (data == nullptr) {
-    return Status::unavailable("gpt2: cannot allocate the " + std::string(what) + " arena of " +
-                               std::to_string(bytes) + " bytes");
-  }
-  std::memset(data, 0, bytes);
-  return Bf16Arena(data);
+  return std::unique_ptr<T[], FreeDeleter>(data);
 }
 
 }  // namespace
@@ -67,17 +57,17 @@ Result<Gpt2> Gpt2::create(const ModelConfig& config, int batch, int seq, MomentA
   s->moment_floats = moments.is_whole ? s->param_floats : moments.floats;
   s->adam_segments = gpt2_adam_segments(s->params, s->param_floats);
   gpt2_act_layout(config, batch, seq, &s->layer_acts, &s->acts, &s->act_floats);
-  KILN_ASSIGN_OR_RETURN(s->param_arena, make_arena(s->param_floats, "parameter"));
-  KILN_ASSIGN_OR_RETURN(s->grad_arena, make_arena(s->param_floats, "gradient"));
-  KILN_ASSIGN_OR_RETURN(s->m_arena, make_arena(s->moment_floats, "AdamW m"));
-  KILN_ASSIGN_OR_RETURN(s->v_arena, make_arena(s->moment_floats, "AdamW v"));
-  KILN_ASSIGN_OR_RETURN(s->act_arena, make_arena(s->act_floats, "activation"));
+  KILN_ASSIGN_OR_RETURN(s->param_arena, make_arena<float>(s->param_floats, "parameter"));
+  KILN_ASSIGN_OR_RETURN(s->grad_arena, make_arena<float>(s->param_floats, "gradient"));
+  KILN_ASSIGN_OR_RETURN(s->m_arena, make_arena<float>(s->moment_floats, "AdamW m"));
+  KILN_ASSIGN_OR_RETURN(s->v_arena, make_arena<float>(s->moment_floats, "AdamW v"));
+  KILN_ASSIGN_OR_RETURN(s->act_arena, make_arena<float>(s->act_floats, "activation"));
   s->precision = precision;
   if (precision == Precision::kBf16) {
     KILN_RETURN_IF_ERROR(ops::bf16_matmul_available().with_context("gpt2 in bf16"));
     gpt2_act16_layout(config, batch, seq, &s->layer_acts16, &s->acts16, &s->act16_halves);
-    KILN_ASSIGN_OR_RETURN(s->weight16_arena, make_bf16_arena(s->param_floats, "bf16 weight"));
-    KILN_ASSIGN_OR_RETURN(s->act16_arena, make_bf16_arena(s->act16_halves, "bf16 activation"));
+    KILN_ASSIGN_OR_RETURN(s->weight16_arena, make_arena<uint16_t>(s->param_floats, "bf16 weight"));
+    KILN_ASSIGN_OR_RETURN(s->act16_arena, make_arena<uint16_t>(s->act16_halves, "bf16 activation"));
   }
   s->grad_views = {
       ops::TensorView::f32(s->grad_arena.get(), {static_cast<int64_t>(s->param_floats)})};

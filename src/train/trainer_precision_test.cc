@@ -17,43 +17,21 @@
 #include <vector>
 
 #include "base/testing/temp_path.h"
+#include "train/trainer_test_util.h"
 
 namespace kiln::train {
 namespace {
 
-const std::string kTrainDir = std::string(KILN_SOURCE_DIR) + "/data/sotu/train";
-const std::string kValDir = std::string(KILN_SOURCE_DIR) + "/data/sotu/val";
+using testing::bits;
+using testing::kTrainDir;
+using testing::kValDir;
+using testing::quiet_options;
 
-// trainer_test.cc's small GPT-2 (2 layers, C = 64, the full vocabulary).
+// trainer_test.cc's small GPT-2 in `precision`.
 TrainConfig small_config(int max_steps, Precision precision) {
-  TrainConfig c;
-  c.source = "trainer_precision_test";
-  c.model = ModelConfig{2, 2, 64, 64, 50257};
-  c.data = {kTrainDir, kValDir};
-  c.train.batch = 4;
-  c.train.seq = 64;
-  c.train.max_steps = max_steps;
-  c.train.lr = 3e-3;
-  c.train.min_lr = 3e-4;
-  c.train.warmup_steps = 5;
-  c.train.val_every = 0;
-  c.train.val_batches = 2;
-  c.train.seed = 1337;
-  c.train.threads = 2;
+  TrainConfig c = testing::small_config(max_steps);
   c.train.precision = precision;
   return c;
-}
-
-TrainerOptions quiet_options() {
-  TrainerOptions o;
-  o.peak_gflops = 100;  // skips the matmul probe
-  return o;
-}
-
-uint32_t bits(float f) {
-  uint32_t u;
-  std::memcpy(&u, &f, sizeof u);
-  return u;
 }
 
 class TrainerPrecisionTest : public ::testing::Test {
@@ -114,7 +92,7 @@ TEST_F(TrainerPrecisionTest, ABf16CheckpointResumesExactlyAndContinuesInFp32) {
   ASSERT_EQ(straight.size(), 5u);
 
   TrainerOptions options = quiet_options();
-  options.ckpt_dir = testing::unique_temp_dir("bf16-stop");
+  options.ckpt_dir = kiln::testing::unique_temp_dir("bf16-stop");
   options.stop_after_step = 2;
   ASSERT_EQ(run(config, options).size(), 2u);
   Result<ckpt::ResumeChoice> saved = ckpt::find_resume_checkpoint(options.ckpt_dir);
@@ -122,7 +100,7 @@ TEST_F(TrainerPrecisionTest, ABf16CheckpointResumesExactlyAndContinuesInFp32) {
   EXPECT_EQ(saved->chosen->step, 2);
   const nlohmann::json meta = nlohmann::json::parse(saved->chosen->manifest.metadata_json);
   EXPECT_EQ(meta.value("precision", ""), "bf16") << meta.dump();
-  const std::string copy = testing::unique_temp_dir("bf16-to-fp32");
+  const std::string copy = kiln::testing::unique_temp_dir("bf16-to-fp32");
   std::filesystem::copy(options.ckpt_dir, copy, std::filesystem::copy_options::recursive);
 
   options.stop_after_step = 0;
@@ -154,7 +132,7 @@ TEST_F(TrainerPrecisionTest, ANonFiniteStepStopsTheRunBeforeItsUpdateAndCheckpoi
   TrainConfig config = small_config(6, Precision::kBf16);
   config.train.val_every = 1;
   TrainerOptions options = quiet_options();
-  options.ckpt_dir = testing::unique_temp_dir("bf16-nan");
+  options.ckpt_dir = kiln::testing::unique_temp_dir("bf16-nan");
   options.ckpt_every = 1;
   options.debug_nan_step = 3;
   Status status;

@@ -24,39 +24,16 @@
 #include <vector>
 
 #include "base/testing/temp_path.h"
+#include "train/trainer_test_util.h"
 
 namespace kiln::train {
 namespace {
 
-const std::string kTrainDir = std::string(KILN_SOURCE_DIR) + "/data/sotu/train";
-const std::string kValDir = std::string(KILN_SOURCE_DIR) + "/data/sotu/val";
-
-// A 2-layer GPT-2 over the full GPT-2 vocabulary: small enough for a few steps a second on two
-// cores, real enough to learn (most of its parameters are the embedding).
-TrainConfig small_config(int max_steps) {
-  TrainConfig c;
-  c.source = "trainer_test";
-  c.model = ModelConfig{2, 2, 64, 64, 50257};
-  c.data = {kTrainDir, kValDir};
-  c.train.batch = 4;
-  c.train.seq = 64;
-  c.train.max_steps = max_steps;
-  c.train.lr = 3e-3;
-  c.train.min_lr = 3e-4;
-  c.train.warmup_steps = 5;
-  c.train.val_every = 0;
-  c.train.val_batches = 2;
-  c.train.seed = 1337;
-  c.train.threads = 2;
-  return c;
-}
-
-// Skips the ~0.5 s sgemm probe where MFU does not matter.
-TrainerOptions quiet_options() {
-  TrainerOptions o;
-  o.peak_gflops = 100;
-  return o;
-}
+using testing::bits;
+using testing::kTrainDir;
+using testing::kValDir;
+using testing::quiet_options;
+using testing::small_config;
 
 class TrainerTest : public ::testing::Test {
  protected:
@@ -79,12 +56,6 @@ class TrainerTest : public ::testing::Test {
     return reports;
   }
 };
-
-uint32_t bits(float f) {
-  uint32_t u;
-  std::memcpy(&u, &f, sizeof u);
-  return u;
-}
 
 TEST_F(TrainerTest, SameSeedAndThreadsGiveBitIdenticalLosses) {
   const TrainConfig config = small_config(3);
@@ -172,7 +143,7 @@ double cross_entropy(const float* logits, const int32_t* targets, int64_t rows, 
 TEST_F(TrainerTest, DebugDumpHoldsWeightsBatchesLogitsLossesAndGradients) {
   const TrainConfig config = small_config(2);
   TrainerOptions options = quiet_options();
-  options.debug_dump_dir = testing::unique_temp_path("dump");
+  options.debug_dump_dir = kiln::testing::unique_temp_path("dump");
   const std::vector<StepReport> reports = run(config, options);
   ASSERT_EQ(reports.size(), 2u);
   constexpr int64_t B = 4, T = 64, V = 50257, C = 64;
@@ -192,7 +163,7 @@ TEST_F(TrainerTest, DebugDumpHoldsWeightsBatchesLogitsLossesAndGradients) {
   EXPECT_EQ(w0->metadata().at("format"), "kiln-gpt2");
   // The initial weights are the seed's: a fresh init writes the same bytes.
   model->init_weights(config.train.seed);
-  const std::string again = testing::unique_temp_path("again.safetensors");
+  const std::string again = kiln::testing::unique_temp_path("again.safetensors");
   ASSERT_TRUE(save_weights(*model, again).ok());
   Result<ckpt::SafetensorsFile> w1 = ckpt::SafetensorsFile::open(again);
   ASSERT_TRUE(w1.ok());
@@ -262,7 +233,7 @@ TEST_F(TrainerTest, DebugDumpNeedsOneBatchPerStep) {
   TrainConfig config = small_config(1);
   config.train.grad_accum = 2;
   TrainerOptions options = quiet_options();
-  options.debug_dump_dir = testing::unique_temp_path("dump");
+  options.debug_dump_dir = kiln::testing::unique_temp_path("dump");
   Result<TrainSummary> s = train(config, options, nullptr, Logger());
   ASSERT_FALSE(s.ok());
   EXPECT_TRUE(s.status().is_invalid_argument());
@@ -272,7 +243,7 @@ TEST_F(TrainerTest, DebugDumpNeedsOneBatchPerStep) {
 TEST_F(TrainerTest, ExportWritesTheFinalWeights) {
   const TrainConfig config = small_config(2);
   TrainerOptions options = quiet_options();
-  options.export_path = testing::unique_temp_path("final.safetensors");
+  options.export_path = kiln::testing::unique_temp_path("final.safetensors");
   run(config, options);
   Result<Gpt2> model = Gpt2::create(config.model, 1, 1);
   ASSERT_TRUE(model.ok());
@@ -296,8 +267,8 @@ TEST_F(TrainerTest, AStopRequestEndsTheRunAfterItsStepAndTheRerunContinuesExactl
   ASSERT_EQ(straight.size(), 6u);
 
   TrainerOptions options = quiet_options();
-  options.ckpt_dir = testing::unique_temp_dir("stop");
-  options.export_path = testing::unique_temp_path("stopped.safetensors");
+  options.ckpt_dir = kiln::testing::unique_temp_dir("stop");
+  options.export_path = kiln::testing::unique_temp_path("stopped.safetensors");
   StopRequest stop;
   options.stop = &stop;
   std::vector<StepReport> first;
@@ -387,7 +358,7 @@ TEST_F(TrainerTest, JsonLinesAndMetricsReportEveryStep) {
 
 TEST_F(TrainerTest, MissingDataNamesTheKeyAndDirectory) {
   TrainConfig config = small_config(1);
-  config.data.train = testing::unique_temp_path("no-such-dir");
+  config.data.train = kiln::testing::unique_temp_path("no-such-dir");
   Result<TrainSummary> s = train(config, quiet_options(), nullptr, Logger());
   ASSERT_FALSE(s.ok());
   EXPECT_NE(s.status().message().find("data.train"), std::string::npos) << s.status().message();
@@ -510,8 +481,8 @@ TEST_F(TrainerTest, AProgressFdThatIsNotOpenIsRefused) {
 
 TEST_F(TrainerTest, ExportInitialWeightsIsTheSeedsInit) {
   const ModelConfig config{2, 2, 64, 64, 50257};
-  const std::string a = testing::unique_temp_path("a.safetensors");
-  const std::string b = testing::unique_temp_path("b.safetensors");
+  const std::string a = kiln::testing::unique_temp_path("a.safetensors");
+  const std::string b = kiln::testing::unique_temp_path("b.safetensors");
   ASSERT_TRUE(export_initial_weights(config, 5, a).ok());
   ASSERT_TRUE(export_initial_weights(config, 6, b).ok());
   Result<Gpt2> model = Gpt2::create(config, 1, 1);

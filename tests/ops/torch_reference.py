@@ -61,9 +61,9 @@ def matmul(t, p):
     return {"y": y, "dx": x.grad, "dw": w.grad, "dbias": bias.grad}
 
 
-def attention(t, p):
-    # (B, T, H, D) -> (B, H, T, D) for the explicit computation.
-    q, k, v = (leaf(t[n]) for n in ("q", "k", "v"))
+def math_attention(q, k, v, p):
+    """The explicit softmax(q k^T * scale + mask) v on (B, T, H, D) tensors, in their dtype:
+    (o in (B, T, H, D), the scores' logsumexp in (B, H, T))."""
     qh, kh, vh = (a.permute(0, 2, 1, 3) for a in (q, k, v))
     D = q.shape[-1]
     T = q.shape[1]
@@ -72,9 +72,14 @@ def attention(t, p):
     if p["causal"]:
         mask = torch.triu(torch.ones(T, T, dtype=torch.bool), diagonal=1)
         scores = scores.masked_fill(mask, float("-inf"))
-    lse = torch.logsumexp(scores, dim=-1)  # (B, H, T)
-    probs = torch.softmax(scores, dim=-1)
-    o = torch.matmul(probs, vh).permute(0, 2, 1, 3)  # back to (B, T, H, D)
+    lse = torch.logsumexp(scores, dim=-1)
+    o = torch.matmul(torch.softmax(scores, dim=-1), vh).permute(0, 2, 1, 3)
+    return o, lse
+
+
+def attention(t, p):
+    q, k, v = (leaf(t[n]) for n in ("q", "k", "v"))
+    o, lse = math_attention(q, k, v, p)
     o.backward(t["dout"])
     return {"o": o, "lse": lse, "dq": q.grad, "dk": k.grad, "dv": v.grad}
 
@@ -86,15 +91,7 @@ def attention_bf16(t, p):
     exact = attention(t, p)
     half = {n: t[n].to(torch.bfloat16) for n in ("q", "k", "v", "dout")}
     q, k, v = (half[n].clone().requires_grad_(True) for n in ("q", "k", "v"))
-    qh, kh, vh = (a.permute(0, 2, 1, 3) for a in (q, k, v))
-    D = q.shape[-1]
-    T = q.shape[1]
-    scale = p["scale"] if p["scale"] != 0 else 1.0 / math.sqrt(D)
-    scores = torch.matmul(qh, kh.transpose(-1, -2)) * scale
-    if p["causal"]:
-        mask = torch.triu(torch.ones(T, T, dtype=torch.bool), diagonal=1)
-        scores = scores.masked_fill(mask, float("-inf"))
-    o = torch.matmul(torch.softmax(scores, dim=-1), vh).permute(0, 2, 1, 3)
+    o, _ = math_attention(q, k, v, p)
     o.backward(half["dout"])
     out = {name: value for name, value in exact.items() if name != "lse"}
     for name, value in (("o", o), ("dq", q.grad), ("dk", k.grad), ("dv", v.grad)):
