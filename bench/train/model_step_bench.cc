@@ -257,8 +257,15 @@ std::vector<OpRow> time_ops(const ModelConfig& c, int64_t B, int64_t T, size_t p
   rows.push_back({"attention bwd", blocks,
                   op_ms([&] { return kiln::ops::attention_backward(ab, ctx); }, "attention bwd")});
 
-  kiln::ops::LayerNormParams lf{mat(x, N, C), vec(b, C),     vec(db, C),
-                                mat(y, N, C), vec(stats, N), vec(stats2, N)};
+  // In a bf16 model LayerNorm, GELU and cross-entropy's backward write the next matmul's bf16
+  // input themselves (model_forward.cc, model_backward.cc): timed so here.
+  std::vector<uint16_t> out16(static_cast<size_t>(N * Vp));
+  const auto out_view = [&](std::vector<float>& f32_out, int64_t r, int64_t cols) {
+    return bf16 ? TensorView::of(out16.data(), kiln::ops::DType::kBF16, {r, cols})
+                : mat(f32_out, r, cols);
+  };
+  kiln::ops::LayerNormParams lf{mat(x, N, C),      vec(b, C),     vec(db, C),
+                                out_view(y, N, C), vec(stats, N), vec(stats2, N)};
   rows.push_back({"layernorm fwd", 2 * blocks + 1,
                   op_ms([&] { return kiln::ops::layernorm_forward(lf, ctx); }, "ln fwd")});
   kiln::ops::LayerNormBackwardParams lb{mat(dy, N, C), mat(x, N, C),   vec(b, C),
@@ -266,10 +273,10 @@ std::vector<OpRow> time_ops(const ModelConfig& c, int64_t B, int64_t T, size_t p
                                         vec(w, C),     vec(db, C),     true};
   rows.push_back({"layernorm bwd", 2 * blocks + 1,
                   op_ms([&] { return kiln::ops::layernorm_backward(lb, ctx); }, "ln bwd")});
-  kiln::ops::GeluParams gf{mat(x, N, 4 * C), mat(y, N, 4 * C)};
+  kiln::ops::GeluParams gf{mat(x, N, 4 * C), out_view(y, N, 4 * C)};
   rows.push_back(
       {"gelu fwd", blocks, op_ms([&] { return kiln::ops::gelu_forward(gf, ctx); }, "gelu fwd")});
-  kiln::ops::GeluBackwardParams gb{mat(x, N, 4 * C), mat(dy, N, 4 * C), mat(dy, N, 4 * C)};
+  kiln::ops::GeluBackwardParams gb{mat(x, N, 4 * C), mat(dy, N, 4 * C), out_view(dy, N, 4 * C)};
   rows.push_back(
       {"gelu bwd", blocks, op_ms([&] { return kiln::ops::gelu_backward(gb, ctx); }, "gelu bwd")});
   kiln::ops::ResidualParams rf{mat(x, N, C), mat(dx, N, C), mat(y, N, C)};
@@ -290,15 +297,15 @@ std::vector<OpRow> time_ops(const ModelConfig& c, int64_t B, int64_t T, size_t p
                   op_ms([&] { return kiln::ops::cross_entropy_forward(cf, ctx); }, "ce fwd")});
   std::vector<float> dlosses(static_cast<size_t>(N), 1.0f / static_cast<float>(N));
   kiln::ops::CrossEntropyBackwardParams cb{cf.logits, cf.targets, cf.lse, vec(dlosses, N), V};
+  if (bf16) cb.dlogits = out_view(logits, N, Vp);
   rows.push_back({"cross_entropy bwd", 1,
                   op_ms([&] { return kiln::ops::cross_entropy_backward(cb, ctx); }, "ce bwd")});
 
   if (bf16) {
-    // What model_precision.cc converts: each matmul's input in the forward (ln_1, attn output,
-    // ln_2, ln_f: N x C; GELU output: N x 4C; qkv for attention: N x 3C), each linear's output
-    // gradient in the backward (N x C twice, 4C, 3C a block; attention's dout N x C; the head's
-    // N x Vp). The weights' copy is AdamW's (its row below).
-    std::vector<uint16_t> out16(static_cast<size_t>(N * Vp));
+    // What the bf16 model still rounds in passes of their own (model_precision.cc): in the
+    // forward the attention output (N x C, attn.proj's input) and qkv (N x 3C, attention's);
+    // in the backward the residual gradient twice (N x C, both projections' dy), attention's
+    // dout (N x C) and dqkv (N x 3C, qkv's dy). The weights' copy is AdamW's (its row below).
     const auto convert_ms = [&](std::vector<float>& src, int64_t n) {
       return op_ms(
           [&] {
@@ -307,12 +314,10 @@ std::vector<OpRow> time_ops(const ModelConfig& c, int64_t B, int64_t T, size_t p
           },
           "to bf16");
     };
-    const double nc = convert_ms(x, N * C), n4c = convert_ms(x, N * 4 * C);
-    const double n3c = convert_ms(x, N * 3 * C), nvp = convert_ms(logits, N * Vp);
-    rows.push_back({"to bf16: forward inputs (per block)", blocks, 3 * nc + n4c + n3c});
-    rows.push_back({"to bf16: ln_f output", 1, nc});
-    rows.push_back({"to bf16: output gradients (per block)", blocks, 3 * nc + n4c + n3c});
-    rows.push_back({"to bf16: dlogits", 1, nvp});
+    const double nc = convert_ms(x, N * C);
+    const double n3c = convert_ms(x, N * 3 * C);
+    rows.push_back({"to bf16: forward inputs (per block)", blocks, nc + n3c});
+    rows.push_back({"to bf16: output gradients (per block)", blocks, 3 * nc + n3c});
   }
   std::vector<float> p = filled(param_floats, 15), g = filled(param_floats, 16);
   std::vector<float> m(param_floats, 0.0f), v(param_floats, 0.0f);

@@ -8,6 +8,7 @@
 
 #include <cstdint>
 #include <string>
+#include <utility>
 
 #include "ops/cpu/kernels_pointwise.h"
 #include "ops/dispatch.h"
@@ -39,6 +40,31 @@ Status expect_row_vector(const char* op, const char* name, const TensorView& t, 
                          int64_t N) {
   KILN_RETURN_IF_ERROR(expect_shape(op, name, t, dtype, {N}));
   return expect_contiguous(op, name, t);
+}
+
+// The backward's optional bf16 dlogits: logits' shape, unit inner stride, rows that do not
+// overlap, and no byte shared with logits (the kernel reads a row of logits after writing
+// earlier rows of dlogits).
+Status expect_bf16_dlogits(const char* op, const TensorView& dlogits, const TensorView& logits) {
+  const int64_t N = logits.shape[0];
+  const int64_t Vp = logits.shape[1];
+  KILN_RETURN_IF_ERROR(expect_shape(op, "dlogits", dlogits, DType::kBF16, {N, Vp}));
+  KILN_RETURN_IF_ERROR(expect_unit_inner_stride(op, "dlogits", dlogits));
+  if (N > 1 && dlogits.stride[0] < Vp) {
+    return Status::invalid_argument(std::string(op) + ": dlogits (" + dlogits.describe() +
+                                    ") has a row stride of " + std::to_string(dlogits.stride[0]) +
+                                    ", less than its " + std::to_string(Vp) + " columns");
+  }
+  const auto span = [&](const TensorView& t, int64_t elem_bytes) {
+    const auto begin = reinterpret_cast<uintptr_t>(t.data);
+    return std::pair<uintptr_t, uintptr_t>(
+        begin, begin + static_cast<uintptr_t>(((N - 1) * t.stride[0] + Vp) * elem_bytes));
+  };
+  const auto [d0, d1] = span(dlogits, 2);
+  const auto [l0, l1] = span(logits, 4);
+  if (N == 0 || Vp == 0 || d1 <= l0 || l1 <= d0) return Status();
+  return Status::invalid_argument(std::string(op) + ": dlogits (" + dlogits.describe() +
+                                  ") overlaps logits (" + logits.describe() + ")");
 }
 
 Status expect_targets(const char* op, const TensorView& targets, int64_t vocab) {
@@ -74,6 +100,7 @@ Status cross_entropy_backward(const CrossEntropyBackwardParams& p, const Context
   KILN_RETURN_IF_ERROR(expect_row_vector(kOp, "targets", p.targets, DType::kI32, N));
   KILN_RETURN_IF_ERROR(expect_row_vector(kOp, "lse", p.lse, DType::kF32, N));
   KILN_RETURN_IF_ERROR(expect_row_vector(kOp, "dlosses", p.dlosses, DType::kF32, N));
+  if (p.dlogits.present()) KILN_RETURN_IF_ERROR(expect_bf16_dlogits(kOp, p.dlogits, p.logits));
   KILN_RETURN_IF_ERROR(expect_targets(kOp, p.targets, vocab));
   return KILN_OPS_DISPATCH(ctx, kOp, cross_entropy_backward, p, vocab, ctx);
 }

@@ -1,9 +1,9 @@
 // GELU and residual add: validation and dispatch to cpu/pointwise.inc's kernels.
 //
-// Every view must be f32, contiguous and of the same numel (any shape); outputs may alias inputs
-// exactly where the header allows (y with x, dx with dy, y with a or b), which the kernels
-// support because each element is read before it is written. Invalid views are reported
-// before anything is written.
+// Every view must be f32 (GELU's y and dx may be bf16), contiguous and of the same numel (any
+// shape); outputs may alias inputs exactly where the header allows (y with x, dx with dy, y with a
+// or b), which the kernels support because each element is read before it is written. Invalid views
+// are reported before anything is written.
 #include <kiln/ops/elementwise.h>
 
 #include <cstdint>
@@ -26,6 +26,14 @@ Status expect_flat_f32(const char* op, const char* name, const TensorView& t, in
   return expect_contiguous(op, name, t);
 }
 
+// f32 or bf16 (an output the kernel rounds to bf16), contiguous, `numel` elements.
+Status expect_flat_f32_or_bf16(const char* op, const char* name, const TensorView& t,
+                               int64_t numel) {
+  if (t.dtype != DType::kBF16) return expect_flat_f32(op, name, t, numel);
+  KILN_RETURN_IF_ERROR(expect_same_numel(op, name, t, numel));
+  return expect_contiguous(op, name, t);
+}
+
 }  // namespace
 
 Status gelu_forward(const GeluParams& p, const Context& ctx) {
@@ -33,7 +41,7 @@ Status gelu_forward(const GeluParams& p, const Context& ctx) {
   KILN_RETURN_IF_ERROR(expect_present(kOp, "x", p.x));
   const int64_t n = p.x.numel();
   KILN_RETURN_IF_ERROR(expect_flat_f32(kOp, "x", p.x, n));
-  KILN_RETURN_IF_ERROR(expect_flat_f32(kOp, "y", p.y, n));
+  KILN_RETURN_IF_ERROR(expect_flat_f32_or_bf16(kOp, "y", p.y, n));
   return KILN_OPS_DISPATCH(ctx, kOp, gelu_forward, p, ctx);
 }
 
@@ -43,7 +51,11 @@ Status gelu_backward(const GeluBackwardParams& p, const Context& ctx) {
   const int64_t n = p.x.numel();
   KILN_RETURN_IF_ERROR(expect_flat_f32(kOp, "x", p.x, n));
   KILN_RETURN_IF_ERROR(expect_flat_f32(kOp, "dy", p.dy, n));
-  KILN_RETURN_IF_ERROR(expect_flat_f32(kOp, "dx", p.dx, n));
+  KILN_RETURN_IF_ERROR(expect_flat_f32_or_bf16(kOp, "dx", p.dx, n));
+  if (p.dx.dtype == DType::kBF16 && p.accumulate_dx) {
+    return Status::invalid_argument(std::string(kOp) + ": dx is " + p.dx.describe() +
+                                    ": a bf16 dx cannot be accumulated into (accumulate_dx)");
+  }
   return KILN_OPS_DISPATCH(ctx, kOp, gelu_backward, p, ctx);
 }
 

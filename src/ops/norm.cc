@@ -40,9 +40,10 @@ Status expect_matrix(const char* op, const char* name, const TensorView& t) {
                                   " but needs at least one column");
 }
 
-// f32 (N, C), unit stride along C, rows that do not overlap (row stride >= C).
-Status expect_rows(const char* op, const char* name, const TensorView& t, int64_t N, int64_t C) {
-  KILN_RETURN_IF_ERROR(expect_shape(op, name, t, DType::kF32, {N, C}));
+// `dtype` (N, C), unit stride along C, rows that do not overlap (row stride >= C).
+Status expect_rows(const char* op, const char* name, const TensorView& t, int64_t N, int64_t C,
+                   DType dtype = DType::kF32) {
+  KILN_RETURN_IF_ERROR(expect_shape(op, name, t, dtype, {N, C}));
   KILN_RETURN_IF_ERROR(expect_unit_inner_stride(op, name, t));
   if (N <= 1 || t.stride[0] >= C) return Status();
   return Status::invalid_argument(std::string(op) + ": " + name + " (" + t.describe() +
@@ -77,7 +78,9 @@ Status layernorm_forward(const LayerNormParams& p, const Context& ctx) {
   KILN_RETURN_IF_ERROR(expect_rows(kOp, "x", p.x, N, C));
   KILN_RETURN_IF_ERROR(expect_vector(kOp, "weight", p.weight, C));
   KILN_RETURN_IF_ERROR(expect_vector(kOp, "bias", p.bias, C));
-  KILN_RETURN_IF_ERROR(expect_rows(kOp, "y", p.y, N, C));
+  // y is f32, or bf16: the rounding of what an f32 y would hold (a bf16 matmul's input).
+  KILN_RETURN_IF_ERROR(
+      expect_rows(kOp, "y", p.y, N, C, p.y.dtype == DType::kBF16 ? DType::kBF16 : DType::kF32));
   KILN_RETURN_IF_ERROR(expect_vector(kOp, "mean", p.mean, N));
   KILN_RETURN_IF_ERROR(expect_vector(kOp, "rstd", p.rstd, N));
   const cpu::NormSplit split = split_rows(N, C);

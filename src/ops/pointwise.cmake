@@ -14,6 +14,7 @@ list(APPEND KILN_OPS_SOURCES
 kiln_ops_kernels(norm)
 kiln_ops_kernels(pointwise)
 list(APPEND KILN_OPS_TESTS
+  bf16_outputs_test.cc
   convert_test.cc
   cross_entropy_test.cc
   elementwise_test.cc

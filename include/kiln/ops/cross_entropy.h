@@ -29,11 +29,15 @@ struct CrossEntropyParams {
 Status cross_entropy_forward(const CrossEntropyParams& p, const Context& ctx);
 
 struct CrossEntropyBackwardParams {
-  TensorView logits;   // (N, Vp) in: logits; out: dlogits
+  TensorView logits;   // (N, Vp) in: logits; out: dlogits (unless dlogits is given)
   TensorView targets;  // (N) i32
   TensorView lse;      // (N), from the forward
   TensorView dlosses;  // (N)
   int64_t vocab = 0;
+  // Optional (N, Vp) bf16, unit inner stride, not overlapping logits: when given, dlogits go
+  // here, each the f32 gradient rounded as convert_f32_to_bf16 rounds it (a bf16 head's
+  // input), and logits are left as they are.
+  TensorView dlogits = TensorView();
 };
 Status cross_entropy_backward(const CrossEntropyBackwardParams& p, const Context& ctx);
 

@@ -15,17 +15,20 @@
 
 namespace kiln::ops {
 
+// GELU's output (y, or dx) may be bf16 instead of f32: each value is the f32 result rounded to
+// nearest even, as convert_f32_to_bf16 would round it (a bf16 matmul's input, written without
+// an f32 pass in between). A bf16 output aliases no input and is never accumulated into.
 struct GeluParams {
   TensorView x;
-  TensorView y;  // out; may alias x
+  TensorView y;  // out, f32 or bf16; an f32 y may alias x
 };
 Status gelu_forward(const GeluParams& p, const Context& ctx);
 
 struct GeluBackwardParams {
   TensorView x;  // the forward's input
   TensorView dy;
-  TensorView dx;  // out; may alias dy
-  bool accumulate_dx = false;
+  TensorView dx;               // out, f32 or bf16; an f32 dx may alias dy
+  bool accumulate_dx = false;  // f32 dx only
 };
 Status gelu_backward(const GeluBackwardParams& p, const Context& ctx);
 

@@ -6,7 +6,8 @@
 //
 // Backward: dx (=|+=) the input gradient (accumulate_dx: the residual stream's gradient already
 // holds the other branch), dweight += ..., dbias += ... (parameter gradients accumulate).
-// Rows may be strided (row stride >= C); C must be contiguous. All views f32.
+// Rows may be strided (row stride >= C); C must be contiguous. All views f32, except that
+// LayerNorm's y may be bf16.
 #ifndef KILN_OPS_NORM_H_
 #define KILN_OPS_NORM_H_
 
@@ -20,7 +21,8 @@ struct LayerNormParams {
   TensorView x;       // (N, C)
   TensorView weight;  // (C)
   TensorView bias;    // (C)
-  TensorView y;       // (N, C) out
+  TensorView y;       // (N, C) out: f32, or bf16 (each value the f32 result rounded to nearest
+                      // even, as convert_f32_to_bf16 would round it)
   TensorView mean;    // (N) out
   TensorView rstd;    // (N) out
   float eps = 1e-5f;

@@ -180,6 +180,27 @@ constexpr uint32_t kBf16QuietBit = 0x0040;
 }
 #endif
 
+// A kernel's bf16 output goes through an f32 buffer of this many floats (4 KiB, in the L1):
+// the kernel writes f32 there as it would into an f32 output, and f32_to_bf16_range rounds it
+// out, so a bf16 output holds exactly the rounding of the f32 one (convert_f32_to_bf16's).
+constexpr int64_t kBf16StageFloats = 1024;
+
+// Writes n values through write(i0, count, f32_dst) to out: directly when Out is float, else in
+// stages of kBf16StageFloats rounded to bf16.
+template <typename Out, typename Write>
+void write_f32_or_bf16(Out* out, int64_t n, Write&& write) {
+  if constexpr (sizeof(Out) == sizeof(float)) {
+    write(int64_t{0}, n, out);
+  } else {
+    alignas(64) float stage[kBf16StageFloats];
+    for (int64_t i0 = 0; i0 < n; i0 += kBf16StageFloats) {
+      const int64_t count = n - i0 < kBf16StageFloats ? n - i0 : kBf16StageFloats;
+      write(i0, count, stage);
+      f32_to_bf16_range(stage, out + i0, count);
+    }
+  }
+}
+
 [[maybe_unused]] const float* cf32(const TensorView& t) {
   return static_cast<const float*>(t.data);
 }
