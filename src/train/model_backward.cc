@@ -15,9 +15,10 @@
 //     block_done(l)
 //   dwte, dwpe += embedding backward (dres);  block_done(-1)
 //
-// In bf16 each linear's backward rounds its output gradient into the bf16 scratch and multiplies
-// it by the bf16 weights and the forward's bf16 input (model_precision.cc); dx, dw and dbias are
-// f32, and the gradients accumulate in f32.
+// In bf16 each linear's backward takes its output gradient as bf16 in the bf16 scratch
+// (cross-entropy and GELU write it there; the others are rounded into it) and multiplies it by
+// the bf16 weights and the forward's bf16 input (model_precision.cc); dx, dw and dbias are f32,
+// and the gradients accumulate in f32.
 #include <string>
 
 #include <kiln/ops/attention.h>
@@ -41,13 +42,14 @@ TensorView vec(float* p, int64_t n) {
   return TensorView::f32(p, {n});
 }
 
-// dy is the gradient of a Linear's output; fills dx (overwritten), adds to dw and dbias. x16 is
-// where the forward saved x's bf16 copy (bf16 models).
-Status linear_backward(Gpt2::State& s, float* dy, float* x, size_t x16, float* w, float* dx,
-                       float* dw, float* dbias, int64_t N, int64_t in, int64_t out,
+// dy is the gradient of a Linear's output (N, out), in the matmul's dtype; fills dx
+// (overwritten), adds to dw and dbias. x16 is where the forward saved x's bf16 copy (bf16
+// models).
+Status linear_backward(Gpt2::State& s, const TensorView& dy, float* x, size_t x16, float* w,
+                       float* dx, float* dw, float* dbias, int64_t N, int64_t in, int64_t out,
                        const ops::Context& ctx) {
   ops::MatmulBackwardParams p;
-  KILN_ASSIGN_OR_RETURN(p.dy, gpt2_matmul_input(s, dy, N, out, s.acts16.dy, ctx));
+  p.dy = dy;
   p.x = gpt2_saved_matmul_input(s, x, N, in, x16);
   p.w = gpt2_matmul_weight(s, w, out, in);
   p.dx = mat(dx, N, in);
@@ -86,25 +88,31 @@ Status block_backward(Gpt2::State& s, int l, const ops::Context& ctx) {
   float* dfch = s.act(s.acts.dfch);
 
   // MLP: res3 = res2 + mlp.proj(gelu(fc(ln_2(res2)))).
+  KILN_ASSIGN_OR_RETURN(const TensorView dres_in,
+                        gpt2_matmul_input(s, dres, N, C, s.acts16.dy, ctx));
   KILN_RETURN_IF_ERROR(linear_backward(
-      s, dres, s.act(a.fch_gelu), a16.fch_gelu, s.block_param(l, kMlpProjWeight), dfch,
+      s, dres_in, s.act(a.fch_gelu), a16.fch_gelu, s.block_param(l, kMlpProjWeight), dfch,
       s.block_grad(l, kMlpProjWeight), s.block_grad(l, kMlpProjBias), N, 4 * C, C, ctx));
+  // GELU's input gradient: in place in f32; in a bf16 model written as fc's bf16 dy into the
+  // scratch mlp.proj's backward is done with.
   ops::GeluBackwardParams gelu;
   gelu.x = mat(s.act(a.fch), N, 4 * C);
   gelu.dy = mat(dfch, N, 4 * C);
-  gelu.dx = gelu.dy;  // in place
+  gelu.dx = gpt2_saved_matmul_input(s, dfch, N, 4 * C, s.acts16.dy);
   KILN_RETURN_IF_ERROR(ops::gelu_backward(gelu, ctx));
-  KILN_RETURN_IF_ERROR(linear_backward(s, dfch, s.act(a.ln2), a16.ln2, s.block_param(l, kFcWeight),
-                                       dln, s.block_grad(l, kFcWeight), s.block_grad(l, kFcBias), N,
-                                       C, 4 * C, ctx));
+  KILN_RETURN_IF_ERROR(linear_backward(s, gelu.dx, s.act(a.ln2), a16.ln2,
+                                       s.block_param(l, kFcWeight), dln, s.block_grad(l, kFcWeight),
+                                       s.block_grad(l, kFcBias), N, C, 4 * C, ctx));
   KILN_RETURN_IF_ERROR(layernorm_backward_into(
       dln, s.act(a.res2), s.block_param(l, kLn2Weight), s.act(a.ln2_mean), s.act(a.ln2_rstd), dres,
       s.block_grad(l, kLn2Weight), s.block_grad(l, kLn2Bias), N, C, true, ctx));
 
   // Attention: res2 = x + proj(attention(qkv(ln_1(x)))).
   float* datty = s.act(s.acts.datty);
+  KILN_ASSIGN_OR_RETURN(const TensorView dres_attn,
+                        gpt2_matmul_input(s, dres, N, C, s.acts16.dy, ctx));
   KILN_RETURN_IF_ERROR(
-      linear_backward(s, dres, s.act(a.atty), a16.atty, s.block_param(l, kProjWeight), datty,
+      linear_backward(s, dres_attn, s.act(a.atty), a16.atty, s.block_param(l, kProjWeight), datty,
                       s.block_grad(l, kProjWeight), s.block_grad(l, kProjBias), N, C, C, ctx));
   float* qkv = s.act(a.qkv);
   float* dqkv = s.act(s.acts.dqkv);
@@ -125,9 +133,11 @@ Status block_backward(Gpt2::State& s, int l, const ops::Context& ctx) {
   att.dv = gpt2_qkv_third(dqkv_all, 2, B, T, H, D);
   att.causal = true;
   KILN_RETURN_IF_ERROR(ops::attention_backward(att, ctx));
-  KILN_RETURN_IF_ERROR(linear_backward(s, dqkv, s.act(a.ln1), a16.ln1, s.block_param(l, kQkvWeight),
-                                       dln, s.block_grad(l, kQkvWeight), s.block_grad(l, kQkvBias),
-                                       N, C, 3 * C, ctx));
+  KILN_ASSIGN_OR_RETURN(const TensorView dqkv_in,
+                        gpt2_matmul_input(s, dqkv, N, 3 * C, s.acts16.dy, ctx));
+  KILN_RETURN_IF_ERROR(
+      linear_backward(s, dqkv_in, s.act(a.ln1), a16.ln1, s.block_param(l, kQkvWeight), dln,
+                      s.block_grad(l, kQkvWeight), s.block_grad(l, kQkvBias), N, C, 3 * C, ctx));
   return layernorm_backward_into(dln, x, s.block_param(l, kLn1Weight), s.act(a.ln1_mean),
                                  s.act(a.ln1_rstd), dres, s.block_grad(l, kLn1Weight),
                                  s.block_grad(l, kLn1Bias), N, C, true, ctx);
@@ -160,13 +170,15 @@ Status Gpt2::backward(float loss_scale, const ops::Context& ctx,
   ce.lse = vec(s.act(s.acts.ce_lse), N);
   ce.dlosses = vec(dlosses, N);
   ce.vocab = V;
+  // dlogits: over the logits in f32; in a bf16 model written as the head's bf16 dy.
+  const TensorView dlogits = gpt2_saved_matmul_input(s, s.act(s.acts.logits), N, Vp, s.acts16.dy);
+  if (s.bf16()) ce.dlogits = dlogits;
   KILN_RETURN_IF_ERROR(ops::cross_entropy_backward(ce, ctx).with_context("gpt2 backward"));
 
   // The head: logits = lnf @ wte_padded^T.
   float* dln = s.act(s.acts.dln);
   ops::MatmulBackwardParams head;
-  KILN_ASSIGN_OR_RETURN(head.dy,
-                        gpt2_matmul_input(s, s.act(s.acts.logits), N, Vp, s.acts16.dy, ctx));
+  head.dy = dlogits;
   head.x = gpt2_saved_matmul_input(s, s.act(s.acts.lnf), N, C, s.acts16.lnf);
   head.w = gpt2_matmul_weight(s, s.param(kWteParam), Vp, C);
   head.dx = mat(dln, N, C);

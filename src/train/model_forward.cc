@@ -14,8 +14,10 @@
 // proj_out is shared by both projections of every block: the backward never reads it.
 //
 // In bf16 (model.h, Precision) each matmul reads the bf16 weights (refreshed first when stale)
-// and a bf16 copy of its input, made just before it in the bf16 activation arena, where the
-// backward reads it again for the weight gradient; the outputs stay f32.
+// and a bf16 copy of its input in the bf16 activation arena, where the backward reads it again
+// for the weight gradient: LayerNorm and GELU write theirs there directly (their f32 buffers
+// stay unused), the attention output and qkv are rounded into it after their f32 op. The
+// outputs of the matmuls stay f32.
 #include <cstring>
 #include <string>
 
@@ -56,13 +58,13 @@ Status block_forward(Gpt2::State& s, int l, int64_t B, int64_t T, const ops::Con
   ln1.x = mat(x, N, C);
   ln1.weight = vec(s.block_param(l, kLn1Weight), C);
   ln1.bias = vec(s.block_param(l, kLn1Bias), C);
-  ln1.y = mat(s.act(a.ln1), N, C);
+  ln1.y = gpt2_saved_matmul_input(s, s.act(a.ln1), N, C, a16.ln1);
   ln1.mean = vec(s.act(a.ln1_mean), N);
   ln1.rstd = vec(s.act(a.ln1_rstd), N);
   KILN_RETURN_IF_ERROR(ops::layernorm_forward(ln1, ctx));
 
   ops::MatmulParams qkv;
-  KILN_ASSIGN_OR_RETURN(qkv.x, gpt2_matmul_input(s, s.act(a.ln1), N, C, a16.ln1, ctx));
+  qkv.x = ln1.y;
   qkv.w = gpt2_matmul_weight(s, s.block_param(l, kQkvWeight), 3 * C, C);
   qkv.bias = vec(s.block_param(l, kQkvBias), 3 * C);
   qkv.y = mat(s.act(a.qkv), N, 3 * C);
@@ -98,13 +100,13 @@ Status block_forward(Gpt2::State& s, int l, int64_t B, int64_t T, const ops::Con
   ln2.x = res2.y;
   ln2.weight = vec(s.block_param(l, kLn2Weight), C);
   ln2.bias = vec(s.block_param(l, kLn2Bias), C);
-  ln2.y = mat(s.act(a.ln2), N, C);
+  ln2.y = gpt2_saved_matmul_input(s, s.act(a.ln2), N, C, a16.ln2);
   ln2.mean = vec(s.act(a.ln2_mean), N);
   ln2.rstd = vec(s.act(a.ln2_rstd), N);
   KILN_RETURN_IF_ERROR(ops::layernorm_forward(ln2, ctx));
 
   ops::MatmulParams fc;
-  KILN_ASSIGN_OR_RETURN(fc.x, gpt2_matmul_input(s, s.act(a.ln2), N, C, a16.ln2, ctx));
+  fc.x = ln2.y;
   fc.w = gpt2_matmul_weight(s, s.block_param(l, kFcWeight), 4 * C, C);
   fc.bias = vec(s.block_param(l, kFcBias), 4 * C);
   fc.y = mat(s.act(a.fch), N, 4 * C);
@@ -112,12 +114,11 @@ Status block_forward(Gpt2::State& s, int l, int64_t B, int64_t T, const ops::Con
 
   ops::GeluParams gelu;
   gelu.x = fc.y;
-  gelu.y = mat(s.act(a.fch_gelu), N, 4 * C);
+  gelu.y = gpt2_saved_matmul_input(s, s.act(a.fch_gelu), N, 4 * C, a16.fch_gelu);
   KILN_RETURN_IF_ERROR(ops::gelu_forward(gelu, ctx));
 
   ops::MatmulParams mlp_proj;
-  KILN_ASSIGN_OR_RETURN(mlp_proj.x,
-                        gpt2_matmul_input(s, s.act(a.fch_gelu), N, 4 * C, a16.fch_gelu, ctx));
+  mlp_proj.x = gelu.y;
   mlp_proj.w = gpt2_matmul_weight(s, s.block_param(l, kMlpProjWeight), C, 4 * C);
   mlp_proj.bias = vec(s.block_param(l, kMlpProjBias), C);
   mlp_proj.y = mat(proj_out, N, C);
@@ -153,13 +154,13 @@ Status forward_to_logits(Gpt2::State& s, int64_t B, int64_t T, const ops::Contex
   lnf.x = mat(s.act(s.layer_acts[static_cast<size_t>(L - 1)].res3), N, C);
   lnf.weight = vec(s.param(s.ln_f_weight_index()), C);
   lnf.bias = vec(s.param(s.ln_f_weight_index() + 1), C);
-  lnf.y = mat(s.act(s.acts.lnf), N, C);
+  lnf.y = gpt2_saved_matmul_input(s, s.act(s.acts.lnf), N, C, s.acts16.lnf);
   lnf.mean = vec(s.act(s.acts.lnf_mean), N);
   lnf.rstd = vec(s.act(s.acts.lnf_rstd), N);
   KILN_RETURN_IF_ERROR(ops::layernorm_forward(lnf, ctx).with_context("gpt2 forward ln_f"));
 
   ops::MatmulParams head;
-  KILN_ASSIGN_OR_RETURN(head.x, gpt2_matmul_input(s, s.act(s.acts.lnf), N, C, s.acts16.lnf, ctx));
+  head.x = lnf.y;
   head.w = gpt2_matmul_weight(s, s.param(kWteParam), Vp, C);  // the pad rows included: zero logits
   head.y = mat(s.act(s.acts.logits), N, Vp);
   return ops::matmul_forward(head, ctx).with_context("gpt2 forward head");

@@ -190,7 +190,9 @@ Result<ops::TensorView> gpt2_matmul_input(Gpt2::State& s, float* x, int64_t rows
 //   Third i (q, k, v) of a fused (N, 3C) qkv view, f32 or bf16, as (B, T, H, D).
 ops::TensorView gpt2_qkv_third(const ops::TensorView& qkv, int64_t i, int64_t B, int64_t T,
                                int64_t H, int64_t D);
-//   An input saved by gpt2_matmul_input (the same arguments), without converting again.
+//   An input saved by gpt2_matmul_input (the same arguments), without converting again; also
+//   where an op that can write bf16 itself (LayerNorm, GELU) writes a matmul's input, so that
+//   in a bf16 model the f32 buffer at `x` is neither written nor read.
 ops::TensorView gpt2_saved_matmul_input(Gpt2::State& s, float* x, int64_t rows, int64_t cols,
                                         size_t offset16);
 
