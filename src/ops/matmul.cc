@@ -30,6 +30,8 @@ constexpr int64_t kMinRowsPerTask = 32;
 // oneDNN's bf16 kernels order the sums over a long reduction by the block's shape, so blocks
 // that depended on the thread count would make the result depend on it.
 constexpr int64_t kBf16Block = 128;
+// A bf16 GEMM's calls have n and k at most this (run_bf16_block says why).
+constexpr int64_t kBf16Span = 3072;
 
 // One row-major GEMM: C (m x n) = op(A) @ op(B) + beta * C, where op(A) is m x k (A stored
 // k x m when trans_a) and op(B) is k x n (B stored n x k when trans_b). A and B are `in` (f32
@@ -59,11 +61,64 @@ void run_block(const Gemm& g, int64_t m0, int64_t m1, int64_t n0, int64_t n1) {
                         static_cast<const float*>(g.b) + b_offset, g.ldb, g.beta, c, g.ldc);
 }
 
-// Splits the GEMM into one block per thread, by rows when there are enough of them, else by
-// columns; block edges are multiples of 16 (whole cache lines of C).
+// A task's block of a bf16 GEMM, C[m0, m1) x [n0, n1) = op(A) rows @ op(B) [+ bias] + beta C,
+// in single-threaded oneDNN calls whose n and k are at most kBf16Span. `a` points at the
+// block's first row of op(A) (lda apart; k x rows when trans_a), `scratch` at the task's
+// kBf16Block x kBf16Span floats.
+//
+// Past that span, oneDNN's AMX kernel slowed down here (Intel Xeon family 6 model 167, two
+// threads; `kiln ops-bench --op matmul --dtype bf16 --shape M=1024,N=50304,K=768 --pass fwdbwd`,
+// GPT-2's tied head): writing 128 rows of 50,304 f32 logits straight into C ran at 800 GFLOP/s,
+// the same rows computed 3,072 columns at a time into an L2-sized scratch and copied out at
+// 1,050; the head's input gradient, a reduction 50,304 long against a weight oneDNN repacks on
+// every call, at 650, and in reductions of 3,072 accumulated in C at 850-1,000. The blocks'
+// own GEMMs (n and k up to 3,072) already ran at 1,200-1,450. The span is GPT-2's largest such
+// extent (4C), fixed: the calls, and so the order of every sum, do not depend on the CPU or on
+// the thread count.
+void run_bf16_block(const Gemm& g, const uint16_t* a, int64_t lda, int64_t m0, int64_t m1,
+                    int64_t n0, int64_t n1, const float* bias, float* scratch) {
+  const int64_t rows = m1 - m0;
+  // op(B) rows [k0, k0 + kw), columns [c0, c0 + cw).
+  const auto b_at = [&](int64_t k0, int64_t c0) {
+    return static_cast<const uint16_t*>(g.b) + (g.trans_b ? c0 * g.ldb + k0 : k0 * g.ldb + c0);
+  };
+  // op(A) columns [k0, ...) of the block's rows.
+  const auto a_at = [&](int64_t k0) { return a + (g.trans_a ? k0 * lda : k0); };
+  // The reduction is split only where measured: neither operand transposed (the head's dx).
+  const int64_t k_span = !g.trans_a && !g.trans_b ? kBf16Span : g.k;
+  // c (ldc) = the columns [c0, c0 + cw) of the product, + beta * c, + the bias on them.
+  const auto columns = [&](int64_t c0, int64_t cw, float beta, float* c, int64_t ldc) {
+    for (int64_t k0 = 0; k0 < g.k; k0 += k_span) {
+      const int64_t kw = std::min(g.k, k0 + k_span) - k0;
+      bgemm_single_threaded(g.trans_a, g.trans_b, rows, cw, kw, a_at(k0), lda, b_at(k0, c0), g.ldb,
+                            k0 == 0 && bias != nullptr ? bias + c0 : nullptr, k0 == 0 ? beta : 1.0f,
+                            c, ldc);
+    }
+  };
+  float* c = g.c + m0 * g.ldc;
+  if (n1 - n0 <= kBf16Span) {
+    columns(n0, n1 - n0, g.beta, c + n0, g.ldc);
+    return;
+  }
+  for (int64_t c0 = n0; c0 < n1; c0 += kBf16Span) {
+    const int64_t cw = std::min(n1, c0 + kBf16Span) - c0;
+    columns(c0, cw, 0.0f, scratch, cw);
+    for (int64_t r = 0; r < rows; ++r) {
+      float* dst = c + r * g.ldc + c0;
+      const float* src = scratch + r * cw;
+      if (g.beta == 0.0f) {
+        std::memcpy(dst, src, static_cast<size_t>(cw) * sizeof(float));
+      } else {
+        for (int64_t j = 0; j < cw; ++j)
+          dst[j] += src[j];
+      }
+    }
+  }
+}
+
 // A bf16 GEMM in blocks of kBf16Block rows of C (of columns when C has fewer rows than that and
-// is wider than tall), each a single-threaded oneDNN call on kiln_ops' pool; with a `bias`,
-// oneDNN adds its slice.
+// is wider than tall), each a task on kiln_ops' pool (run_bf16_block); with a `bias`, oneDNN
+// adds its slice.
 //
 // oneDNN runs its AMX (brgemm) kernels only on dense operands: a block of rows of a transposed A
 // (the weight gradient's dy^T, whose rows are n apart) would run its slower gemm:jit kernel. Such
@@ -73,37 +128,42 @@ Status run_bf16_gemm(const Gemm& g, const float* bias, const Context& ctx) {
   const int64_t extent = by_rows ? g.m : g.n;
   const int64_t tasks = (extent + kBf16Block - 1) / kBf16Block;
   const bool pack_a = by_rows && g.trans_a && g.lda != std::min(kBf16Block, g.m);
-  uint16_t* packs = nullptr;
-  const int64_t pack_elems = g.k * kBf16Block;
+  const bool wide = by_rows && g.n > kBf16Span;
+  // Per thread: the packed A block, then the wide blocks' f32 scratch.
+  const int64_t pack_bytes = pack_a ? g.k * kBf16Block * int64_t{sizeof(uint16_t)} : 0;
+  const int64_t scratch_bytes = wide ? kBf16Block * kBf16Span * int64_t{sizeof(float)} : 0;
+  const int64_t thread_bytes = (pack_bytes + scratch_bytes + 63) / 64 * 64;
+  char* scratch = nullptr;
   Workspace own;
-  if (pack_a) {
+  if (thread_bytes > 0) {
     Workspace& workspace = ctx.workspace != nullptr ? *ctx.workspace : own;
-    const int64_t bytes = pack_elems * ctx.threads() * static_cast<int64_t>(sizeof(uint16_t));
-    packs = static_cast<uint16_t*>(workspace.reserve(static_cast<size_t>(bytes)));
-    if (packs == nullptr) return scratch_unavailable("matmul (bf16 A blocks)", bytes);
+    const int64_t bytes = thread_bytes * ctx.threads();
+    scratch = static_cast<char*>(workspace.reserve(static_cast<size_t>(bytes)));
+    if (scratch == nullptr) return scratch_unavailable("matmul (bf16 blocks)", bytes);
   }
   run_parallel(ctx, tasks, [&](int64_t task, int thread) {
     const int64_t lo = task * kBf16Block;
     const int64_t hi = std::min(extent, lo + kBf16Block);
     const int64_t m0 = by_rows ? lo : 0, m1 = by_rows ? hi : g.m;
     const int64_t n0 = by_rows ? 0 : lo, n1 = by_rows ? g.n : hi;
+    char* mine = scratch + thread_bytes * thread;
     const auto* a = static_cast<const uint16_t*>(g.a) + (g.trans_a ? m0 : m0 * g.lda);
     int64_t lda = g.lda;
     if (pack_a) {
-      uint16_t* pack = packs + pack_elems * thread;
+      auto* pack = reinterpret_cast<uint16_t*>(mine);
       const int64_t width = m1 - m0;
       for (int64_t r = 0; r < g.k; ++r)
         std::memcpy(pack + r * width, a + r * g.lda, static_cast<size_t>(width) * sizeof(uint16_t));
       a = pack, lda = width;
     }
-    const auto* b = static_cast<const uint16_t*>(g.b) + (g.trans_b ? n0 * g.ldb : n0);
-    bgemm_single_threaded(g.trans_a, g.trans_b, m1 - m0, n1 - n0, g.k, a, lda, b, g.ldb,
-                          bias == nullptr ? nullptr : bias + n0, g.beta, g.c + m0 * g.ldc + n0,
-                          g.ldc);
+    run_bf16_block(g, a, lda, m0, m1, n0, n1, bias,
+                   wide ? reinterpret_cast<float*>(mine + pack_bytes) : nullptr);
   });
   return Status();
 }
 
+// Splits the GEMM into one block per thread, by rows when there are enough of them, else by
+// columns; block edges are multiples of 16 (whole cache lines of C). bf16 goes to run_bf16_gemm.
 Status run_gemm(const Gemm& g, const Context& ctx) {
   if (g.m == 0 || g.n == 0) return Status();
   if (g.in == DType::kBF16) return run_bf16_gemm(g, nullptr, ctx);

@@ -152,8 +152,12 @@ Context cpu_context(ThreadPool* pool) {
                  << bf16_gemm_available().to_string();        \
   }
 
-const Dims kDims[] = {{1, 1, 1},   {3, 5, 7},      {64, 48, 33},  {130, 97, 70},
-                      {2, 300, 5}, {257, 3, 1000}, {40, 700, 16}, {256, 192, 768}};
+// The last two cross matmul.cc's kBf16Span (3,072): {130, 3500, 40} has a forward wider than
+// the span (computed in column spans through the scratch) and a dx whose reduction is longer
+// (accumulated span by span); {16, 130, 3300} a dw wider than the span, accumulated (+=).
+const Dims kDims[] = {{1, 1, 1},       {3, 5, 7},      {64, 48, 33},  {130, 97, 70},
+                      {2, 300, 5},     {257, 3, 1000}, {40, 700, 16}, {256, 192, 768},
+                      {130, 3500, 40}, {16, 130, 3300}};
 
 TEST(MatmulBf16Test, IsTheF32MatmulOfTheRoundedInputs) {
   SKIP_WITHOUT_BF16_GEMM();
@@ -221,7 +225,9 @@ TEST(MatmulBf16Test, ResultsDoNotDependOnThreadCount) {
   SKIP_WITHOUT_BF16_GEMM();
   // A long reduction over several blocks of rows (where oneDNN's order of sums depends on the
   // block's shape), and few rows split by columns.
-  for (const Dims& d : {Dims{300, 200, 150}, Dims{7, 900, 64}, Dims{400, 96, 3072}}) {
+  // Also a forward past kBf16Span's columns whose dx reduces over more than the span.
+  for (const Dims& d :
+       {Dims{300, 200, 150}, Dims{7, 900, 64}, Dims{400, 96, 3072}, Dims{300, 3500, 64}}) {
     Case::Out first;
     for (int threads : {1, 2, 5}) {
       ThreadPool pool(threads);
