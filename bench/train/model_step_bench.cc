@@ -371,7 +371,7 @@ int main(int argc, char** argv) {
     std::vector<double> step_ms, fwd_ms, bwd_ms, norm_ms, adam_ms;
     for (int step = 0; step <= o.steps; ++step) {  // step 0: warm-up
       const double t0 = now_s();
-      model.zero_grad();
+      model.zero_grad(*ctx);
       check(model.forward(tokens, targets, *ctx).status(), "forward");
       const double t1 = now_s();
       check(model.backward(1.0f, *ctx), "backward");

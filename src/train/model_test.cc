@@ -271,6 +271,22 @@ TEST(ModelBackwardTest, AccumulatingTwoHalvesEqualsOneWhole) {
     ASSERT_NEAR(halves[i], whole[i], 1e-6f * max_abs) << "element " << i;
 }
 
+TEST(ModelBackwardTest, ZeroGradOnThePoolClearsEveryGradient) {
+  // A vocabulary of 20,000 makes the arena (wte alone 640,000 floats) several of zero_grad's
+  // 1 MiB chunks, with a partial last one, so the pool's threads share it.
+  TestContext env(3);
+  ModelConfig c = micro_config();
+  c.vocab_size = 20000;
+  Gpt2 model = make_model(c, kMicroBatch, kMicroSeq, 5);
+  const std::span<float> grads = model.grad_data();
+  ASSERT_GT(grads.size(), size_t{2} << 18);  // three chunks, the last partial
+  for (size_t i = 0; i < grads.size(); ++i)
+    grads[i] = static_cast<float>(i % 7) + 1.0f;
+  model.zero_grad(env.ctx());
+  for (size_t i = 0; i < grads.size(); ++i)
+    ASSERT_EQ(grads[i], 0.0f) << "element " << i << " of " << grads.size();
+}
+
 TEST(ModelBackwardTest, BlockDoneFiresInOrderWhenTheRangeIsFinal) {
   TestContext env(2);
   const ModelConfig c = micro_config();

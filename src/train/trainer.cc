@@ -366,7 +366,7 @@ Result<TrainSummary> train(const TrainConfig& config, const TrainerOptions& opti
   }
   for (int step = start_step + 1; step <= last_step; ++step) {
     const int64_t t0 = monotonic_now_ns();
-    model.zero_grad();
+    model.zero_grad(ctx);
     double loss_sum = 0;
     double comm_exposed_ms = 0;
     for (int micro = 0; micro < h.grad_accum; ++micro) {

@@ -164,13 +164,16 @@ class Gpt2 {
   // this->seq() and seq <= block_size (for sampling, which needs a short prefix only).
   Status forward_logits(std::span<const int32_t> tokens, int batch, int seq,
                         const ops::Context& ctx);
-  // (batch, seq, Vp) of the last forward, before backward overwrites them with dlogits.
+  // (batch, seq, Vp) of the last forward; in an fp32 model backward overwrites them with dlogits
+  // (a bf16 model writes its dlogits to bf16 scratch and leaves them).
   std::span<const float> logits() const;
 
   void zero_grad();
+  // The same, shared among ctx's pool threads (the trainer's: the arena is the model's size).
+  void zero_grad(const ops::Context& ctx);
   // Accumulates d(loss_scale * mean loss)/d(params) into the gradients (loss_scale =
   // 1/accum_steps for gradient accumulation). REQUIRES the last call to be forward() with targets
-  // (kInvalidArgument otherwise: the logits are overwritten with their gradient in place).
+  // (kInvalidArgument otherwise: each backward consumes the logits of one forward).
   // `block_done(l)` (may be empty) is called as soon as the gradients of block_range(l) are
   // final: l = n_layer-1 down to 0, then l = -1.
   Status backward(float loss_scale, const ops::Context& ctx,
