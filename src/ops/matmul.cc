@@ -2,11 +2,12 @@
 //
 // Every GEMM is split over the Context's pool, each task calling a GEMM library single-threaded
 // on a block of output rows (or columns, when there are too few rows): one set of compute
-// threads per process, and each element of the output is computed by one call with the whole
-// reduction dimension. f32 inputs go to the Context's library (OpenBLAS or oneDNN,
-// kiln/ops/gemm_library.h) in one block per thread; bf16 inputs to oneDNN's bf16 matmul
-// (gemm_bf16.h) in fixed blocks of kBf16Block, since its order of sums depends on the block's
-// shape. Either way the result does not depend on the thread count.
+// threads per process. f32 inputs go to the Context's library (OpenBLAS or oneDNN,
+// kiln/ops/gemm_library.h) in one block per thread, each element of the output computed by one
+// call with the whole reduction dimension; bf16 inputs to oneDNN's bf16 matmul (gemm_bf16.h) in
+// fixed blocks of kBf16Block, since its order of sums depends on the block's shape, and in
+// fixed spans of kBf16Span (a reduction longer than that, with neither operand transposed,
+// accumulated span by span in C). Either way the result does not depend on the thread count.
 #include <kiln/ops/matmul.h>
 
 #include <algorithm>
@@ -30,7 +31,8 @@ constexpr int64_t kMinRowsPerTask = 32;
 // oneDNN's bf16 kernels order the sums over a long reduction by the block's shape, so blocks
 // that depended on the thread count would make the result depend on it.
 constexpr int64_t kBf16Block = 128;
-// A bf16 GEMM's calls have n and k at most this (run_bf16_block says why).
+// A bf16 GEMM's calls have n at most this, and k too when neither operand is transposed
+// (run_bf16_block says why).
 constexpr int64_t kBf16Span = 3072;
 
 // One row-major GEMM: C (m x n) = op(A) @ op(B) + beta * C, where op(A) is m x k (A stored
@@ -61,10 +63,18 @@ void run_block(const Gemm& g, int64_t m0, int64_t m1, int64_t n0, int64_t n1) {
                         static_cast<const float*>(g.b) + b_offset, g.ldb, g.beta, c, g.ldc);
 }
 
+// Whether a bf16 GEMM's reduction is split into spans (run_bf16_block): only where measured,
+// with neither operand transposed (the head's input gradient).
+bool bf16_splits_reduction(const Gemm& g) {
+  return !g.trans_a && !g.trans_b && g.k > kBf16Span;
+}
+
 // A task's block of a bf16 GEMM, C[m0, m1) x [n0, n1) = op(A) rows @ op(B) [+ bias] + beta C,
-// in single-threaded oneDNN calls whose n and k are at most kBf16Span. `a` points at the
-// block's first row of op(A) (lda apart; k x rows when trans_a), `scratch` at the task's
-// kBf16Block x kBf16Span floats.
+// in single-threaded oneDNN calls whose n is at most kBf16Span, and k too when
+// bf16_splits_reduction. `a` points at the block's first row of op(A) (lda apart; k x rows when
+// trans_a); `scratch` at the task's kBf16Block x kBf16Span floats (wide blocks) and `a_span` at
+// its kBf16Block x kBf16Span bf16 (split reductions: a span of A's rows copied dense, since
+// oneDNN runs its AMX kernel only on dense operands).
 //
 // Past that span, oneDNN's AMX kernel slowed down here (Intel Xeon family 6 model 167, two
 // threads; `kiln ops-bench --op matmul --dtype bf16 --shape M=1024,N=50304,K=768 --pass fwdbwd`,
@@ -76,21 +86,26 @@ void run_block(const Gemm& g, int64_t m0, int64_t m1, int64_t n0, int64_t n1) {
 // extent (4C), fixed: the calls, and so the order of every sum, do not depend on the CPU or on
 // the thread count.
 void run_bf16_block(const Gemm& g, const uint16_t* a, int64_t lda, int64_t m0, int64_t m1,
-                    int64_t n0, int64_t n1, const float* bias, float* scratch) {
+                    int64_t n0, int64_t n1, const float* bias, float* scratch, uint16_t* a_span) {
   const int64_t rows = m1 - m0;
   // op(B) rows [k0, k0 + kw), columns [c0, c0 + cw).
   const auto b_at = [&](int64_t k0, int64_t c0) {
     return static_cast<const uint16_t*>(g.b) + (g.trans_b ? c0 * g.ldb + k0 : k0 * g.ldb + c0);
   };
-  // op(A) columns [k0, ...) of the block's rows.
-  const auto a_at = [&](int64_t k0) { return a + (g.trans_a ? k0 * lda : k0); };
-  // The reduction is split only where measured: neither operand transposed (the head's dx).
-  const int64_t k_span = !g.trans_a && !g.trans_b ? kBf16Span : g.k;
+  const bool split = bf16_splits_reduction(g);
+  const int64_t k_span = split ? kBf16Span : g.k;
   // c (ldc) = the columns [c0, c0 + cw) of the product, + beta * c, + the bias on them.
   const auto columns = [&](int64_t c0, int64_t cw, float beta, float* c, int64_t ldc) {
     for (int64_t k0 = 0; k0 < g.k; k0 += k_span) {
       const int64_t kw = std::min(g.k, k0 + k_span) - k0;
-      bgemm_single_threaded(g.trans_a, g.trans_b, rows, cw, kw, a_at(k0), lda, b_at(k0, c0), g.ldb,
+      const uint16_t* ak = g.trans_a ? a + k0 * lda : a + k0;
+      int64_t ldak = lda;
+      if (split) {  // neither operand transposed: A's span is rows x kw, lda apart
+        for (int64_t r = 0; r < rows; ++r)
+          std::memcpy(a_span + r * kw, ak + r * lda, static_cast<size_t>(kw) * sizeof(uint16_t));
+        ak = a_span, ldak = kw;
+      }
+      bgemm_single_threaded(g.trans_a, g.trans_b, rows, cw, kw, ak, ldak, b_at(k0, c0), g.ldb,
                             k0 == 0 && bias != nullptr ? bias + c0 : nullptr, k0 == 0 ? beta : 1.0f,
                             c, ldc);
     }
@@ -129,10 +144,13 @@ Status run_bf16_gemm(const Gemm& g, const float* bias, const Context& ctx) {
   const int64_t tasks = (extent + kBf16Block - 1) / kBf16Block;
   const bool pack_a = by_rows && g.trans_a && g.lda != std::min(kBf16Block, g.m);
   const bool wide = by_rows && g.n > kBf16Span;
-  // Per thread: the packed A block, then the wide blocks' f32 scratch.
+  // Per thread: the packed A block, the wide blocks' f32 scratch, the dense span of A (each a
+  // multiple of 64 bytes: kBf16Block is).
   const int64_t pack_bytes = pack_a ? g.k * kBf16Block * int64_t{sizeof(uint16_t)} : 0;
   const int64_t scratch_bytes = wide ? kBf16Block * kBf16Span * int64_t{sizeof(float)} : 0;
-  const int64_t thread_bytes = (pack_bytes + scratch_bytes + 63) / 64 * 64;
+  const int64_t span_bytes =
+      bf16_splits_reduction(g) ? kBf16Block * kBf16Span * int64_t{sizeof(uint16_t)} : 0;
+  const int64_t thread_bytes = pack_bytes + scratch_bytes + span_bytes;
   char* scratch = nullptr;
   Workspace own;
   if (thread_bytes > 0) {
@@ -156,8 +174,10 @@ Status run_bf16_gemm(const Gemm& g, const float* bias, const Context& ctx) {
         std::memcpy(pack + r * width, a + r * g.lda, static_cast<size_t>(width) * sizeof(uint16_t));
       a = pack, lda = width;
     }
-    run_bf16_block(g, a, lda, m0, m1, n0, n1, bias,
-                   wide ? reinterpret_cast<float*>(mine + pack_bytes) : nullptr);
+    run_bf16_block(
+        g, a, lda, m0, m1, n0, n1, bias,
+        wide ? reinterpret_cast<float*>(mine + pack_bytes) : nullptr,
+        span_bytes > 0 ? reinterpret_cast<uint16_t*>(mine + pack_bytes + scratch_bytes) : nullptr);
   });
   return Status();
 }

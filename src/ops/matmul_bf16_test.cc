@@ -180,6 +180,41 @@ TEST(MatmulBf16Test, IsTheF32MatmulOfTheRoundedInputs) {
   }
 }
 
+TEST(MatmulBf16Test, AWideInputGradientOfASplitReductionIsTheF32MatmulOfTheRoundedInputs) {
+  // dx = dy @ w, 128 x 3,080 over a reduction of 3,100, neither operand transposed: both past
+  // kBf16Span at once (column spans through the scratch, each accumulated over two spans of the
+  // reduction, dy's spans copied dense). Only dx: the double reference of the whole Case would
+  // take seconds at this size.
+  SKIP_WITHOUT_BF16_GEMM();
+  ThreadPool pool(2);
+  const int64_t m = 128, n = 3100, k = 3080;  // dy (m x n), w (n x k), dx (m x k)
+  std::vector<uint16_t> dy16 = to_bf16(uniform(static_cast<size_t>(m * n), 71));
+  std::vector<uint16_t> w16 = to_bf16(uniform(static_cast<size_t>(n * k), 72));
+  std::vector<uint16_t> x16 = to_bf16(uniform(static_cast<size_t>(m * k), 73));
+  std::vector<float> dx(static_cast<size_t>(m * k), -7.0f);
+  MatmulBackwardParams b;
+  b.dy = TensorView::of(dy16.data(), DType::kBF16, {m, n});
+  b.x = TensorView::of(x16.data(), DType::kBF16, {m, k});
+  b.w = TensorView::of(w16.data(), DType::kBF16, {n, k});
+  b.dx = TensorView::f32(dx.data(), {m, k});
+  ASSERT_TRUE(matmul_backward(b, cpu_context(&pool)).ok());
+  const std::vector<float> dyf = to_f32(dy16, dy16.size()), wf = to_f32(w16, w16.size());
+  std::vector<float> want(static_cast<size_t>(m * k));
+  std::vector<double> row(static_cast<size_t>(k));
+  for (int64_t i = 0; i < m; ++i) {
+    std::fill(row.begin(), row.end(), 0.0);
+    for (int64_t l = 0; l < n; ++l) {
+      const double g = dyf[static_cast<size_t>(i * n + l)];
+      const float* wrow = wf.data() + l * k;
+      for (int64_t j = 0; j < k; ++j)
+        row[static_cast<size_t>(j)] += g * wrow[j];
+    }
+    for (int64_t j = 0; j < k; ++j)
+      want[static_cast<size_t>(i * k + j)] = static_cast<float>(row[static_cast<size_t>(j)]);
+  }
+  EXPECT_LE(buffer_err(dx, want), kTolerance);
+}
+
 // |got - want| <= bound * sum_k |a_k b_k| per element, want from the unrounded inputs.
 void expect_within_rounding(const std::vector<float>& got, const std::vector<float>& want,
                             const std::vector<double>& magnitude, const std::string& what) {
@@ -289,7 +324,10 @@ TEST(MatmulBf16Test, MixedOrWrongDtypesAreRefusedByName) {
 // ones listed (a thread's cache keeps what earlier tests ran).
 void run_gpt2_block_bf16() {
   const Context ctx = cpu_context(nullptr);
-  for (const Dims& d : {Dims{256, 3 * 768, 768}, Dims{256, 768, 3072}}) {
+  // The block's four shapes, and one like the tied head's: a forward wider than kBf16Span
+  // (computed span by span) whose dx reduces over more than the span (accumulated span by span,
+  // each span of dy a strided block of its rows).
+  for (const Dims& d : {Dims{256, 3 * 768, 768}, Dims{256, 768, 3072}, Dims{256, 3500, 768}}) {
     Case c(d, 51);
     Case::Out out;
     ASSERT_TRUE(c.run(ctx, &out).ok());
