@@ -122,6 +122,32 @@ TEST_P(Bf16OutputsTest, LayerNormBf16YIsTheF32YRounded) {
   }
 }
 
+TEST_P(Bf16OutputsTest, LayerNormBf16YWithStridedRowsWritesOnlyItsColumns) {
+  // Rows of y 40 elements apart for C = 33: the 7 between rows must stay as they were.
+  const int64_t N = 6, C = 33, stride = 40;
+  std::vector<float> x = uniform(static_cast<size_t>(N * C), 7, -2.0f, 2.0f);
+  std::vector<float> w(C, 1.25f), b(C, -0.5f), y(static_cast<size_t>(N * C)), mean(N), rstd(N);
+  LayerNormParams p{TensorView::f32(x.data(), {N, C}), TensorView::f32(w.data(), {C}),
+                    TensorView::f32(b.data(), {C}),    TensorView::f32(y.data(), {N, C}),
+                    TensorView::f32(mean.data(), {N}), TensorView::f32(rstd.data(), {N})};
+  ASSERT_TRUE(layernorm_forward(p, context()).ok());
+  const std::vector<uint16_t> want = rounded(y);
+  std::vector<uint16_t> y16 = guarded(N * stride);
+  std::fill(y16.begin(), y16.begin() + N * stride, kGuardBits);
+  p.y = TensorView::strided(y16.data(), DType::kBF16, {N, C}, {stride, 1});
+  ASSERT_TRUE(layernorm_forward(p, context()).ok());
+  for (int64_t r = 0; r < N; ++r) {
+    for (int64_t col = 0; col < stride; ++col) {
+      const uint16_t got = y16[static_cast<size_t>(r * stride + col)];
+      if (col < C) {
+        ASSERT_EQ(got, want[static_cast<size_t>(r * C + col)]) << "row " << r << " col " << col;
+      } else {
+        ASSERT_EQ(got, kGuardBits) << "the gap after row " << r << " written at " << col;
+      }
+    }
+  }
+}
+
 TEST_P(Bf16OutputsTest, GeluBf16OutputsAreTheF32OnesRounded) {
   // Past one task chunk (32 Ki elements) with a tail, so several tasks and stages.
   const int64_t n = 70001;
@@ -205,6 +231,33 @@ TEST_P(Bf16OutputsTest, InvalidBf16OutputsAreRefusedNamingTheOperand) {
   EXPECT_FALSE(st.ok());
   EXPECT_NE(st.message().find("dlogits"), std::string::npos) << st.message();
   EXPECT_EQ(logits, logits_before);
+  EXPECT_EQ(out, untouched);
+
+  // A bf16 output over its input's bytes (half their size: it would overwrite x ahead of the
+  // reads), and a LayerNorm y of neither f32 nor bf16.
+  const std::vector<float> x_before = x;
+  st = gelu_forward({TensorView::f32(x.data(), {n}), TensorView::of(x.data(), DType::kBF16, {n})},
+                    context());
+  EXPECT_NE(st.message().find("gelu_forward: y"), std::string::npos) << st.message();
+  EXPECT_NE(st.message().find("overlaps x"), std::string::npos) << st.message();
+  gb = GeluBackwardParams{TensorView::f32(x.data(), {n}), TensorView::f32(dy.data(), {n}),
+                          TensorView::of(dy.data() + 8, DType::kBF16, {n}), false};
+  st = gelu_backward(gb, context());
+  EXPECT_NE(st.message().find("gelu_backward: dx"), std::string::npos) << st.message();
+  EXPECT_NE(st.message().find("overlaps dy"), std::string::npos) << st.message();
+  const int64_t rows = 4, C = 16;
+  std::vector<float> w(C, 1.0f), b(C, 0.0f), mean(rows), rstd(rows);
+  LayerNormParams ln{
+      TensorView::f32(x.data(), {rows, C}), TensorView::f32(w.data(), {C}),
+      TensorView::f32(b.data(), {C}),       TensorView::of(x.data() + 4, DType::kBF16, {rows, C}),
+      TensorView::f32(mean.data(), {rows}), TensorView::f32(rstd.data(), {rows})};
+  st = layernorm_forward(ln, context());
+  EXPECT_NE(st.message().find("layernorm_forward: y"), std::string::npos) << st.message();
+  EXPECT_NE(st.message().find("overlaps x"), std::string::npos) << st.message();
+  ln.y = TensorView::of(out.data(), DType::kI32, {rows, C / 2});
+  st = layernorm_forward(ln, context());
+  EXPECT_NE(st.message().find("must be f32 or bf16"), std::string::npos) << st.message();
+  EXPECT_EQ(x, x_before);
   EXPECT_EQ(out, untouched);
 }
 

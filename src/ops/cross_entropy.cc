@@ -3,12 +3,12 @@
 // logits (N, Vp) f32 with a unit inner stride and row stride >= Vp; targets (N) i32; losses,
 // lse, dlosses (N) f32; all (N) views contiguous. vocab 0 means Vp, otherwise 1 <= vocab <= Vp.
 // Every target is checked against [0, vocab) before anything is written: the backward works in
-// place, so a late error would leave the logits half overwritten.
+// place (or into a bf16 dlogits that shares no byte with the logits), so a late error would
+// leave the logits half overwritten.
 #include <kiln/ops/cross_entropy.h>
 
 #include <cstdint>
 #include <string>
-#include <utility>
 
 #include "ops/cpu/kernels_pointwise.h"
 #include "ops/dispatch.h"
@@ -55,16 +55,7 @@ Status expect_bf16_dlogits(const char* op, const TensorView& dlogits, const Tens
                                     ") has a row stride of " + std::to_string(dlogits.stride[0]) +
                                     ", less than its " + std::to_string(Vp) + " columns");
   }
-  const auto span = [&](const TensorView& t, int64_t elem_bytes) {
-    const auto begin = reinterpret_cast<uintptr_t>(t.data);
-    return std::pair<uintptr_t, uintptr_t>(
-        begin, begin + static_cast<uintptr_t>(((N - 1) * t.stride[0] + Vp) * elem_bytes));
-  };
-  const auto [d0, d1] = span(dlogits, 2);
-  const auto [l0, l1] = span(logits, 4);
-  if (N == 0 || Vp == 0 || d1 <= l0 || l1 <= d0) return Status();
-  return Status::invalid_argument(std::string(op) + ": dlogits (" + dlogits.describe() +
-                                  ") overlaps logits (" + logits.describe() + ")");
+  return expect_disjoint(op, "dlogits", dlogits, "logits", logits);
 }
 
 Status expect_targets(const char* op, const TensorView& targets, int64_t vocab) {

@@ -29,8 +29,11 @@ Status expect_flat_f32(const char* op, const char* name, const TensorView& t, in
 // f32 or bf16 (an output the kernel rounds to bf16), contiguous, `numel` elements.
 Status expect_flat_f32_or_bf16(const char* op, const char* name, const TensorView& t,
                                int64_t numel) {
-  if (t.dtype != DType::kBF16) return expect_flat_f32(op, name, t, numel);
   KILN_RETURN_IF_ERROR(expect_same_numel(op, name, t, numel));
+  if (t.dtype != DType::kF32 && t.dtype != DType::kBF16) {
+    return Status::invalid_argument(std::string(op) + ": " + name + " is " + t.describe() +
+                                    " but must be f32 or bf16");
+  }
   return expect_contiguous(op, name, t);
 }
 
@@ -42,6 +45,9 @@ Status gelu_forward(const GeluParams& p, const Context& ctx) {
   const int64_t n = p.x.numel();
   KILN_RETURN_IF_ERROR(expect_flat_f32(kOp, "x", p.x, n));
   KILN_RETURN_IF_ERROR(expect_flat_f32_or_bf16(kOp, "y", p.y, n));
+  // An f32 y may be x itself (each element read before it is written); a bf16 y, half the
+  // bytes, would overwrite x ahead of the reads.
+  if (p.y.dtype == DType::kBF16) KILN_RETURN_IF_ERROR(expect_disjoint(kOp, "y", p.y, "x", p.x));
   return KILN_OPS_DISPATCH(ctx, kOp, gelu_forward, p, ctx);
 }
 
@@ -52,9 +58,13 @@ Status gelu_backward(const GeluBackwardParams& p, const Context& ctx) {
   KILN_RETURN_IF_ERROR(expect_flat_f32(kOp, "x", p.x, n));
   KILN_RETURN_IF_ERROR(expect_flat_f32(kOp, "dy", p.dy, n));
   KILN_RETURN_IF_ERROR(expect_flat_f32_or_bf16(kOp, "dx", p.dx, n));
-  if (p.dx.dtype == DType::kBF16 && p.accumulate_dx) {
-    return Status::invalid_argument(std::string(kOp) + ": dx is " + p.dx.describe() +
-                                    ": a bf16 dx cannot be accumulated into (accumulate_dx)");
+  if (p.dx.dtype == DType::kBF16) {
+    if (p.accumulate_dx) {
+      return Status::invalid_argument(std::string(kOp) + ": dx is " + p.dx.describe() +
+                                      ": a bf16 dx cannot be accumulated into (accumulate_dx)");
+    }
+    KILN_RETURN_IF_ERROR(expect_disjoint(kOp, "dx", p.dx, "x", p.x));
+    KILN_RETURN_IF_ERROR(expect_disjoint(kOp, "dx", p.dx, "dy", p.dy));
   }
   return KILN_OPS_DISPATCH(ctx, kOp, gelu_backward, p, ctx);
 }

@@ -78,9 +78,17 @@ Status layernorm_forward(const LayerNormParams& p, const Context& ctx) {
   KILN_RETURN_IF_ERROR(expect_rows(kOp, "x", p.x, N, C));
   KILN_RETURN_IF_ERROR(expect_vector(kOp, "weight", p.weight, C));
   KILN_RETURN_IF_ERROR(expect_vector(kOp, "bias", p.bias, C));
-  // y is f32, or bf16: the rounding of what an f32 y would hold (a bf16 matmul's input).
-  KILN_RETURN_IF_ERROR(
-      expect_rows(kOp, "y", p.y, N, C, p.y.dtype == DType::kBF16 ? DType::kBF16 : DType::kF32));
+  // y is f32, or bf16: the rounding of what an f32 y would hold (a bf16 matmul's input). An
+  // f32 y may be x itself (each row read before it is written); a bf16 one must not overlap x.
+  if (p.y.dtype == DType::kBF16) {
+    KILN_RETURN_IF_ERROR(expect_rows(kOp, "y", p.y, N, C, DType::kBF16));
+    KILN_RETURN_IF_ERROR(expect_disjoint(kOp, "y", p.y, "x", p.x));
+  } else if (p.y.data != nullptr && p.y.dtype != DType::kF32) {
+    return Status::invalid_argument(std::string(kOp) + ": y is " + p.y.describe() +
+                                    " but must be f32 or bf16");
+  } else {
+    KILN_RETURN_IF_ERROR(expect_rows(kOp, "y", p.y, N, C));
+  }
   KILN_RETURN_IF_ERROR(expect_vector(kOp, "mean", p.mean, N));
   KILN_RETURN_IF_ERROR(expect_vector(kOp, "rstd", p.rstd, N));
   const cpu::NormSplit split = split_rows(N, C);

@@ -51,6 +51,35 @@ Status expect_contiguous(const char* op, const char* name, const TensorView& t) 
                                   ") must be contiguous");
 }
 
+namespace {
+
+// [first byte, one past the last byte] of a view's elements; empty for an empty view.
+struct ByteSpan {
+  uintptr_t begin = 0, end = 0;
+};
+ByteSpan byte_span(const TensorView& t) {
+  ByteSpan span;
+  if (t.data == nullptr || t.numel() == 0) return span;
+  int64_t last = 0;  // the offset of the last element, in elements
+  for (int d = 0; d < t.ndim; ++d)
+    last += (t.shape[d] - 1) * t.stride[d];
+  span.begin = reinterpret_cast<uintptr_t>(t.data);
+  span.end = span.begin + static_cast<uintptr_t>((last + 1) * dtype_bytes(t.dtype));
+  return span;
+}
+
+}  // namespace
+
+Status expect_disjoint(const char* op, const char* name, const TensorView& t,
+                       const char* other_name, const TensorView& other) {
+  const ByteSpan a = byte_span(t), b = byte_span(other);
+  if (a.begin == a.end || b.begin == b.end || a.end <= b.begin || b.end <= a.begin) {
+    return Status();
+  }
+  return Status::invalid_argument(std::string(op) + ": " + name + " (" + t.describe() +
+                                  ") overlaps " + other_name + " (" + other.describe() + ")");
+}
+
 Status expect_same_numel(const char* op, const char* name, const TensorView& t, int64_t numel) {
   KILN_RETURN_IF_ERROR(expect_present(op, name, t));
   if (t.numel() == numel) return Status();

@@ -22,6 +22,11 @@ Status expect_unit_inner_stride(const char* op, const char* name, const TensorVi
 Status expect_contiguous(const char* op, const char* name, const TensorView& t);
 // Same numel (for element-wise ops).
 Status expect_same_numel(const char* op, const char* name, const TensorView& t, int64_t numel);
+// No byte of `t` lies within the bytes `other` spans (from its first element to its last): an
+// output an op writes in another dtype than its input's, which must not overwrite input still
+// to be read.
+Status expect_disjoint(const char* op, const char* name, const TensorView& t,
+                       const char* other_name, const TensorView& other);
 
 }  // namespace kiln::ops
 

@@ -3,7 +3,9 @@
 //   forward:  lse[n] = log(sum_v exp(logits[n, v]))  over v < vocab
 //             losses[n] = lse[n] - logits[n, targets[n]]
 //   backward: logits[n, v] := (softmax(logits[n])[v] - [v == targets[n]]) * dlosses[n]
-//             in place, for v < vocab; columns from vocab to the row's end (padding) := 0
+//             in place, for v < vocab; columns from vocab to the row's end (padding) := 0;
+//             or, when the optional bf16 dlogits is given, the same values rounded into it and
+//             the logits left as they are
 //
 // logits (N, Vp) f32 with Vp >= vocab (a padded vocabulary, as llm.c pads 50257 to 50304), rows
 // may be strided; targets (N) i32 in [0, vocab); losses, lse, dlosses (N) f32. A mean loss over

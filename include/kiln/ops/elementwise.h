@@ -5,7 +5,8 @@
 //   dx (=|+=) dy * dy/dx
 // Residual add:  y = a + b;   backward: da += dy, db += dy.
 //
-// All views f32 and contiguous, of equal numel (any shape). y may alias a or b (in place).
+// All views contiguous, of equal numel (any shape), f32 except GELU's output (below). y may
+// alias a or b (in place).
 #ifndef KILN_OPS_ELEMENTWISE_H_
 #define KILN_OPS_ELEMENTWISE_H_
 

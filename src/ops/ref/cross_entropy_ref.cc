@@ -57,6 +57,11 @@ Status cross_entropy_forward(const CrossEntropyParams& p) {
 }
 
 Status cross_entropy_backward(const CrossEntropyBackwardParams& p) {
+  if (p.dlogits.present()) {  // ref.h: the references' outputs are f32
+    return Status::invalid_argument(
+        "ref::cross_entropy_backward: a bf16 dlogits is the kernel's f32 gradient rounded; "
+        "the reference writes the f32 gradient over the logits only");
+  }
   const int64_t N = p.logits.size(0);
   const int64_t Vp = p.logits.size(1);
   const int64_t V = vocab_of(p.vocab, p.logits);

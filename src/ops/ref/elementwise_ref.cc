@@ -32,6 +32,11 @@ double gelu_derivative(double x) {
 }  // namespace
 
 Status gelu_forward(const GeluParams& p) {
+  if (p.y.dtype != DType::kF32) {  // ref.h: the references' outputs are f32
+    return Status::invalid_argument(
+        "ref::gelu_forward: y must be f32 (a bf16 y is the "
+        "kernel's f32 y rounded)");
+  }
   const float* x = p.x.f32_ptr();
   float* y = p.y.f32_ptr();
   for (int64_t i = 0; i < p.x.numel(); ++i)
@@ -40,6 +45,11 @@ Status gelu_forward(const GeluParams& p) {
 }
 
 Status gelu_backward(const GeluBackwardParams& p) {
+  if (p.dx.dtype != DType::kF32) {  // ref.h: the references' outputs are f32
+    return Status::invalid_argument(
+        "ref::gelu_backward: dx must be f32 (a bf16 dx is the "
+        "kernel's f32 dx rounded)");
+  }
   const float* x = p.x.f32_ptr();
   const float* dy = p.dy.f32_ptr();
   float* dx = p.dx.f32_ptr();

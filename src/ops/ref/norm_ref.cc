@@ -13,6 +13,11 @@
 namespace kiln::ops::ref {
 
 Status layernorm_forward(const LayerNormParams& p) {
+  if (p.y.dtype != DType::kF32) {  // ref.h: the references' outputs are f32
+    return Status::invalid_argument(
+        "ref::layernorm_forward: y must be f32 (a bf16 y is the "
+        "kernel's f32 y rounded)");
+  }
   const int64_t N = p.x.size(0);
   const int64_t C = p.x.size(1);
   for (int64_t n = 0; n < N; ++n) {

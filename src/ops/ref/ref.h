@@ -1,5 +1,10 @@
 // Double-precision references of every public kiln_ops op: the specification, never optimized.
 //
+// The references' outputs are f32. The bf16 outputs some ops can write instead (LayerNorm's y,
+// GELU's y and dx, cross-entropy's dlogits) are specified as the f32 output rounded by
+// convert_f32_to_bf16, and checked that way against the kernels' own f32 path
+// (bf16_outputs_test.cc), which these references check; given one, a reference refuses it.
+//
 // One function per public op, with the same name and params struct and no Context. Each is a
 // plain loop over the views, honouring their strides, computing in double and rounding once to
 // f32 on the way out, and following the public header's contract exactly: which outputs are
