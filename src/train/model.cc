@@ -73,7 +73,7 @@ Result<Gpt2> Gpt2::create(const ModelConfig& config, int batch, int seq, MomentA
   }
   s->moment_floats = moments.is_whole ? s->param_floats : moments.floats;
   s->adam_segments = gpt2_adam_segments(s->params, s->param_floats);
-  gpt2_act_layout(config, batch, seq, &s->layer_acts, &s->acts, &s->act_floats);
+  gpt2_act_layout(config, batch, seq, precision, &s->layer_acts, &s->acts, &s->act_floats);
   KILN_ASSIGN_OR_RETURN(s->param_arena, make_arena<float>(s->param_floats, "parameter"));
   KILN_ASSIGN_OR_RETURN(s->grad_arena, make_arena<float>(s->param_floats, "gradient"));
   KILN_ASSIGN_OR_RETURN(s->m_arena, make_arena<float>(s->moment_floats, "AdamW m"));

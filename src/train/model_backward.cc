@@ -4,10 +4,12 @@
 // y = x + f(x) passes dy unchanged to x and to f's output, so f's backward reads dres as its dy
 // and the LayerNorm that starts the branch adds its input gradient into dres (accumulate_dx). No
 // residual_backward op and no copy is needed. With N = B * T rows and dlosses = loss_scale / N:
-//   logits := dlogits (in place, pad columns 0);  dlnf = dlogits @ wte_padded;
+//   logits := dlogits (in place, pad columns 0; bf16: into the bf16 scratch instead);
+//   dlnf = dlogits @ wte_padded;
 //   dwte += dlogits^T @ lnf;  dres = ln_f backward (dlnf)
 //   per block l = L-1 .. 0:
-//     dfch = dres @ mlp.proj.w (then GELU's backward in place);  dmlp.proj.{w,b} +=
+//     dfch = dres @ mlp.proj.w (then GELU's backward, in place; bf16: into the bf16 scratch);
+//     dmlp.proj.{w,b} +=
 //     dln = dfch @ fc.w;  dfc.{w,b} +=;  dres += ln_2 backward (dln)
 //     datty = dres @ proj.w;  dproj.{w,b} +=
 //     dq, dk, dv = attention backward (datty), written into the thirds of dqkv

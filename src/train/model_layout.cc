@@ -120,33 +120,35 @@ std::vector<ParamInfo> gpt2_param_layout(const ModelConfig& config, size_t* aren
   return params;
 }
 
-void gpt2_act_layout(const ModelConfig& config, int batch, int seq, std::vector<LayerActs>* layers,
-                     GlobalActs* acts, size_t* arena_floats) {
+void gpt2_act_layout(const ModelConfig& config, int batch, int seq, Precision precision,
+                     std::vector<LayerActs>* layers, GlobalActs* acts, size_t* arena_floats) {
   const size_t N = static_cast<size_t>(batch) * static_cast<size_t>(seq);
+  // The f32 outputs of the LayerNorms and GELU exist only in fp32 (model_state.h).
+  const size_t f32_only = precision == Precision::kFp32 ? 1 : 0;
   const size_t C = static_cast<size_t>(config.n_embd);
   const size_t H = static_cast<size_t>(config.n_head);
   const size_t Vp = static_cast<size_t>(config.padded_vocab());
   Bump bump;
   layers->assign(static_cast<size_t>(config.n_layer), LayerActs{});
   for (LayerActs& a : *layers) {
-    a.ln1 = bump.take(N * C);
+    a.ln1 = bump.take(f32_only * N * C);
     a.ln1_mean = bump.take(N);
     a.ln1_rstd = bump.take(N);
     a.qkv = bump.take(N * 3 * C);
     a.atty = bump.take(N * C);
     a.att_lse = bump.take(N * H);
     a.res2 = bump.take(N * C);
-    a.ln2 = bump.take(N * C);
+    a.ln2 = bump.take(f32_only * N * C);
     a.ln2_mean = bump.take(N);
     a.ln2_rstd = bump.take(N);
     a.fch = bump.take(N * 4 * C);
-    a.fch_gelu = bump.take(N * 4 * C);
+    a.fch_gelu = bump.take(f32_only * N * 4 * C);
     a.res3 = bump.take(N * C);
   }
   GlobalActs& g = *acts;
   g.encoded = bump.take(N * C);
   g.proj_out = bump.take(N * C);
-  g.lnf = bump.take(N * C);
+  g.lnf = bump.take(f32_only * N * C);
   g.lnf_mean = bump.take(N);
   g.lnf_rstd = bump.take(N);
   g.logits = bump.take(N * Vp);

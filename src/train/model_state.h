@@ -49,18 +49,18 @@ inline constexpr int kFirstBlockParam = 2;  // then L * kParamsPerBlock, then ln
 
 // Offsets (floats) of one block's saved forward tensors in the activation arena.
 struct LayerActs {
-  size_t ln1 = 0;       // (N, C)  ln_1 output
+  size_t ln1 = 0;       // (N, C)  ln_1 output (empty in bf16: gpt2_act_layout)
   size_t ln1_mean = 0;  // (N)
   size_t ln1_rstd = 0;  // (N)
   size_t qkv = 0;       // (N, 3C) = (B, T, 3, H, D)
   size_t atty = 0;      // (N, C)  = (B, T, H, D) attention output
   size_t att_lse = 0;   // (B, H, T)
   size_t res2 = 0;      // (N, C)  residual after attention
-  size_t ln2 = 0;       // (N, C)
+  size_t ln2 = 0;       // (N, C)  (empty in bf16)
   size_t ln2_mean = 0;  // (N)
   size_t ln2_rstd = 0;  // (N)
   size_t fch = 0;       // (N, 4C) fc output, GELU's input
-  size_t fch_gelu = 0;  // (N, 4C) GELU output, mlp.proj's input
+  size_t fch_gelu = 0;  // (N, 4C) GELU output, mlp.proj's input (empty in bf16)
   size_t res3 = 0;      // (N, C)  residual after the MLP: the next block's input
 };
 
@@ -83,10 +83,10 @@ struct GlobalActs16 {
 struct GlobalActs {
   size_t encoded = 0;   // (N, C)  embeddings: block 0's input
   size_t proj_out = 0;  // (N, C)  attn.proj / mlp.proj output before its residual add
-  size_t lnf = 0;       // (N, C)
+  size_t lnf = 0;       // (N, C)  (empty in bf16)
   size_t lnf_mean = 0;  // (N)
   size_t lnf_rstd = 0;  // (N)
-  size_t logits = 0;    // (N, Vp); dlogits in place after backward
+  size_t logits = 0;    // (N, Vp); in an fp32 model dlogits in place after backward
   size_t losses = 0;    // (N)
   size_t ce_lse = 0;    // (N)
   size_t dlosses = 0;   // (N)
@@ -95,7 +95,7 @@ struct GlobalActs {
   size_t dln = 0;    // (N, C)  gradient of a LayerNorm output
   size_t dqkv = 0;   // (N, 3C)
   size_t datty = 0;  // (N, C)
-  size_t dfch = 0;   // (N, 4C) gradient of GELU's output, then (in place) of its input
+  size_t dfch = 0;   // (N, 4C) gradient of GELU's output, then (in place, fp32) of its input
 };
 
 // One ops::adamw_update call: a run of consecutive parameters sharing the decay flag, with the
@@ -117,7 +117,7 @@ enum class ForwardPhase {
   kNone,          // no forward yet
   kWithTargets,   // a training forward: backward may run
   kLogitsOnly,    // logits only: no losses
-  kBackwardDone,  // logits hold dlogits
+  kBackwardDone,  // the logits are consumed (fp32: they hold dlogits)
 };
 
 struct Gpt2::State {
@@ -166,9 +166,11 @@ struct Gpt2::State {
 // each parameter arena.
 std::vector<ParamInfo> gpt2_param_layout(const ModelConfig& config, size_t* arena_floats);
 
-// The activation layout for (batch, seq); *arena_floats gets the arena's size.
-void gpt2_act_layout(const ModelConfig& config, int batch, int seq, std::vector<LayerActs>* layers,
-                     GlobalActs* acts, size_t* arena_floats);
+// The activation layout for (batch, seq); *arena_floats gets the arena's size. In bf16 the f32
+// outputs of the LayerNorms and GELU (ln1, ln2, fch_gelu, lnf) are empty: those ops write only
+// the bf16 copies the matmuls read (model_forward.cc), so nothing may write the f32 ones.
+void gpt2_act_layout(const ModelConfig& config, int batch, int seq, Precision precision,
+                     std::vector<LayerActs>* layers, GlobalActs* acts, size_t* arena_floats);
 
 // The bf16 activation layout for (batch, seq); *arena_halves gets its size in bf16 elements.
 void gpt2_act16_layout(const ModelConfig& config, int batch, int seq,

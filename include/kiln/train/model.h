@@ -169,7 +169,8 @@ class Gpt2 {
   std::span<const float> logits() const;
 
   void zero_grad();
-  // The same, shared among ctx's pool threads (the trainer's: the arena is the model's size).
+  // The same memset, split in 1 MiB chunks among ctx's pool threads (one thread does not fill
+  // the memory bus; the arena is as large as the model). Without a pool, zero_grad().
   void zero_grad(const ops::Context& ctx);
   // Accumulates d(loss_scale * mean loss)/d(params) into the gradients (loss_scale =
   // 1/accum_steps for gradient accumulation). REQUIRES the last call to be forward() with targets
