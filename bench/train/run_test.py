@@ -513,7 +513,18 @@ class DriverTest(unittest.TestCase):
         self.assertEqual(self.parse("--learning", "--precision", "bf16", "--quick").steps, 20)
         self.assertEqual(self.parse("--learning").out, d.LEARNING_DEFAULT)
         self.assertTrue(self.parse("--ddp", "--precision", "fp32").ddp)
-        for bad in (["--precision", "fp16"], ["--precision", "bf16", "--ddp"],
+        self.assertIsNone(bf16.batch)
+        wider = self.parse("--precision", "bf16", "--batch", "16", "--models", "gpt2-124m")
+        self.assertEqual((wider.batch, wider.out),
+                         (16, os.path.join(d.BUILD, "results-bf16-b16.json")))
+        items = [d.Item(m, 2, 4, "c.yaml", wider.batch) for m in ("tiny", "gpt2-124m")]
+        self.assertEqual([(i.batch, i.seq) for i in items], [(16, 256), (16, 256)])
+        self.assertEqual(items[1].flags(None)[:4], ["--batch", "16", "--seq", "256"])
+        self.assertEqual([i.timeout_scale for i in items], [2, 16])  # tiny's brief batch is 8
+        self.assertEqual(d.Item("gpt2-124m", 2, 4, "c.yaml").batch, 1)  # the brief's
+        for bad in (["--batch", "0"], ["--batch", "65"], ["--batch", "4", "--learning"],
+                    ["--batch", "4", "--ddp"], ["--batch", "4", "--zero-rss"],
+                    ["--precision", "fp16"], ["--precision", "bf16", "--ddp"],
                     ["--precision", "bf16", "--zero-rss"],
                     ["--precision", "bf16", "--sides", "torch"], ["--sides", "kiln_bf16"],
                     ["--precision", "bf16", "--threads", "3"]):
