@@ -24,7 +24,8 @@ namespace kiln::train {
 namespace {
 
 // Arenas of at least a huge page are aligned to one and offered to the kernel for transparent
-// huge pages (MADV_HUGEPAGE: Debian's default THP mode, "madvise", backs only what is asked).
+// huge pages (MADV_HUGEPAGE: in the THP mode "madvise", this machine's, the kernel backs only
+// what is asked; under "always" the advice changes nothing, under "never" it is ignored).
 // Every step streams the parameter-shaped arenas whole (AdamW reads and writes 30 bytes a
 // parameter, the gradient norm reads 4) and the activations in large strides; with 4 KiB pages
 // that is a TLB miss every 4 KiB. Measured with kiln_model_step_bench (gpt2-124m, 4 x 256, bf16,
