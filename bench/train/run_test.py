@@ -522,7 +522,7 @@ class DriverTest(unittest.TestCase):
         self.assertEqual(items[1].flags(None)[:4], ["--batch", "16", "--seq", "256"])
         self.assertEqual([i.timeout_scale for i in items], [2, 16])  # tiny's brief batch is 8
         self.assertEqual(d.Item("gpt2-124m", 2, 4, "c.yaml").batch, 1)  # the brief's
-        for bad in (["--batch", "0"], ["--batch", "65"], ["--batch", "4", "--learning"],
+        for bad in (["--batch", "0"], ["--batch", "33"], ["--batch", "4", "--learning"],
                     ["--batch", "4", "--ddp"], ["--batch", "4", "--zero-rss"],
                     ["--precision", "fp16"], ["--precision", "bf16", "--ddp"],
                     ["--precision", "bf16", "--zero-rss"],

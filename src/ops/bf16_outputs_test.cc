@@ -25,6 +25,8 @@
 #include <string>
 #include <vector>
 
+#include "ops/ref/ref.h"
+
 namespace kiln::ops {
 namespace {
 
@@ -191,6 +193,32 @@ TEST_P(Bf16OutputsTest, CrossEntropyBf16DlogitsAreTheF32OnesRoundedAndLogitsStay
   p.dlogits = TensorView();  // the f32 gradient, in place
   ASSERT_TRUE(cross_entropy_backward(p, context()).ok());
   expect_rounding_of(dlogits16, rounded(logits), "dlogits");
+}
+
+TEST(Bf16OutputsReferenceTest, TheReferencesRefuseBf16Outputs) {
+  // ref.h: their outputs are f32; a bf16 one is the kernel's f32 output rounded.
+  const int64_t n = 8;
+  std::vector<float> x(n, 0.5f), dy(n, 1.0f), w(n, 1.0f), b(n, 0.0f), mean(1), rstd(1);
+  std::vector<uint16_t> out(n);
+  const TensorView out16 = TensorView::of(out.data(), DType::kBF16, {n});
+  EXPECT_FALSE(ref::gelu_forward({TensorView::f32(x.data(), {n}), out16}).ok());
+  EXPECT_FALSE(ref::gelu_backward(
+                   {TensorView::f32(x.data(), {n}), TensorView::f32(dy.data(), {n}), out16, false})
+                   .ok());
+  EXPECT_FALSE(
+      ref::layernorm_forward({TensorView::f32(x.data(), {1, n}), TensorView::f32(w.data(), {n}),
+                              TensorView::f32(b.data(), {n}),
+                              TensorView::of(out.data(), DType::kBF16, {1, n}),
+                              TensorView::f32(mean.data(), {1}), TensorView::f32(rstd.data(), {1})})
+          .ok());
+  std::vector<int32_t> targets = {3};
+  std::vector<float> lse(1, 2.0f), dl(1, 1.0f);
+  const Status st = ref::cross_entropy_backward(
+      {TensorView::f32(x.data(), {1, n}), TensorView::i32(targets.data(), {1}),
+       TensorView::f32(lse.data(), {1}), TensorView::f32(dl.data(), {1}), n,
+       TensorView::of(out.data(), DType::kBF16, {1, n})});
+  EXPECT_NE(st.message().find("ref::cross_entropy_backward"), std::string::npos) << st.message();
+  EXPECT_EQ(x, std::vector<float>(n, 0.5f)) << "the reference wrote the logits";
 }
 
 TEST_P(Bf16OutputsTest, InvalidBf16OutputsAreRefusedNamingTheOperand) {

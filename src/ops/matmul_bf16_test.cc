@@ -154,10 +154,12 @@ Context cpu_context(ThreadPool* pool) {
 
 // The last two cross matmul.cc's kBf16Span (3,072): {130, 3500, 40} has a forward wider than
 // the span (computed in column spans through the scratch) and a dx whose reduction is longer
-// (accumulated span by span); {16, 130, 3300} a dw wider than the span, accumulated (+=).
-const Dims kDims[] = {{1, 1, 1},       {3, 5, 7},      {64, 48, 33},  {130, 97, 70},
-                      {2, 300, 5},     {257, 3, 1000}, {40, 700, 16}, {256, 192, 768},
-                      {130, 3500, 40}, {16, 130, 3300}};
+// (accumulated span by span); {16, 130, 3300} a dw wider than the span, accumulated (+=);
+// {64, 3200, 200} a dx of too few rows to split by rows, split by columns, whose reduction is
+// longer than the span.
+const Dims kDims[] = {{1, 1, 1},       {3, 5, 7},       {64, 48, 33},   {130, 97, 70},
+                      {2, 300, 5},     {257, 3, 1000},  {40, 700, 16},  {256, 192, 768},
+                      {130, 3500, 40}, {16, 130, 3300}, {64, 3200, 200}};
 
 TEST(MatmulBf16Test, IsTheF32MatmulOfTheRoundedInputs) {
   SKIP_WITHOUT_BF16_GEMM();
@@ -324,7 +326,7 @@ TEST(MatmulBf16Test, MixedOrWrongDtypesAreRefusedByName) {
 // ones listed (a thread's cache keeps what earlier tests ran).
 void run_gpt2_block_bf16() {
   const Context ctx = cpu_context(nullptr);
-  // The block's four shapes, and one like the tied head's: a forward wider than kBf16Span
+  // Two of the block's shapes, and one like the tied head's: a forward wider than kBf16Span
   // (computed span by span) whose dx reduces over more than the span (accumulated span by span,
   // each span of dy a strided block of its rows).
   for (const Dims& d : {Dims{256, 3 * 768, 768}, Dims{256, 768, 3072}, Dims{256, 3500, 768}}) {

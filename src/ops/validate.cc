@@ -53,18 +53,23 @@ Status expect_contiguous(const char* op, const char* name, const TensorView& t) 
 
 namespace {
 
-// [first byte, one past the last byte] of a view's elements; empty for an empty view.
+// [lowest byte, one past the highest byte] of a view's elements, whatever the strides' signs;
+// empty for an empty view.
 struct ByteSpan {
   uintptr_t begin = 0, end = 0;
 };
 ByteSpan byte_span(const TensorView& t) {
   ByteSpan span;
   if (t.data == nullptr || t.numel() == 0) return span;
-  int64_t last = 0;  // the offset of the last element, in elements
-  for (int d = 0; d < t.ndim; ++d)
-    last += (t.shape[d] - 1) * t.stride[d];
-  span.begin = reinterpret_cast<uintptr_t>(t.data);
-  span.end = span.begin + static_cast<uintptr_t>((last + 1) * dtype_bytes(t.dtype));
+  int64_t lowest = 0, highest = 0;  // element offsets from data
+  for (int d = 0; d < t.ndim; ++d) {
+    const int64_t reach = (t.shape[d] - 1) * t.stride[d];
+    (reach < 0 ? lowest : highest) += reach;
+  }
+  const auto bytes = static_cast<int64_t>(dtype_bytes(t.dtype));
+  const auto base = reinterpret_cast<uintptr_t>(t.data);
+  span.begin = base - static_cast<uintptr_t>(-lowest * bytes);
+  span.end = base + static_cast<uintptr_t>((highest + 1) * bytes);
   return span;
 }
 

@@ -21,8 +21,8 @@ struct LayerNormParams {
   TensorView x;       // (N, C)
   TensorView weight;  // (C)
   TensorView bias;    // (C)
-  TensorView y;       // (N, C) out: f32, or bf16 (each value the f32 result rounded to nearest
-                      // even, as convert_f32_to_bf16 would round it)
+  TensorView y;       // (N, C) out: f32 (may be x), or bf16 (each value the f32 result rounded
+                      // to nearest even, as convert_f32_to_bf16 would; must not overlap x)
   TensorView mean;    // (N) out
   TensorView rstd;    // (N) out
   float eps = 1e-5f;
