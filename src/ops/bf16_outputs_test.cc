@@ -21,14 +21,16 @@
 #include <algorithm>
 #include <cstdint>
 #include <initializer_list>
-#include <random>
 #include <string>
 #include <vector>
 
 #include "ops/ref/ref.h"
+#include "ops/ref/ref_test_util.h"
 
 namespace kiln::ops {
 namespace {
+
+using ref::testing::uniform;
 
 // bf16 elements after the end of every bf16 output, which must keep this value.
 constexpr size_t kGuard = 40;
@@ -36,15 +38,6 @@ constexpr uint16_t kGuardBits = 0xA5A5;
 
 bool cpu_has(CpuIsa isa) {
   return static_cast<int>(isa) <= static_cast<int>(detect_cpu_features().best_isa());
-}
-
-std::vector<float> uniform(size_t n, uint64_t seed, float lo, float hi) {
-  std::mt19937_64 rng(seed);
-  std::uniform_real_distribution<float> dist(lo, hi);
-  std::vector<float> v(n);
-  for (float& x : v)
-    x = dist(rng);
-  return v;
 }
 
 // n bf16 elements followed by kGuard guard elements.

@@ -153,8 +153,9 @@ void Gpt2::zero_grad() {
 }
 
 void Gpt2::zero_grad(const ops::Context& ctx) {
-  // One thread's memset does not fill the memory bus (0.5 GB for GPT-2 small: 40-50 ms a step
-  // on one thread of an Intel Xeon family 6 model 167), so the pool's threads share it.
+  // One thread's memset does not fill the memory bus (0.5 GB for GPT-2 small: about 50 ms of
+  // a step in a perf profile of kiln_model_step_bench on one thread of an Intel Xeon family 6
+  // model 167), so the pool's threads share it.
   constexpr size_t kChunkFloats = size_t{1} << 18;  // 1 MiB
   float* grads = s_->grad_arena.get();
   const size_t n = s_->param_floats;
