@@ -73,7 +73,9 @@ class CoordinatorTest(unittest.TestCase):
         with Cluster() as cluster:
             long_job = cluster.submit(write(self.tmp.name, "long.yaml", SLEEPER.format(
                 name="long", seconds=12, nodes=2, secret=SECRET)))
-            cluster.wait_state(long_job, "running", 30)
+            # As the other tests' waits: under the full suite's load (the Slurm tests starting
+            # beside it) this job was not yet running after 30 s.
+            cluster.wait_state(long_job, "running", 120)
 
             def metrics_text():
                 with urllib.request.urlopen(cluster.url + "/metrics", timeout=10) as r:

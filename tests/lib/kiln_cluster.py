@@ -204,8 +204,15 @@ class Cluster:
 
     def wait_state(self, job, states, timeout_s):
         states = {states} if isinstance(states, str) else set(states)
-        return wait_until(lambda: self.status(job) if self.status(job)["state"] in states else None,
-                          timeout_s, f"job {job} to reach {sorted(states)}")
+        try:
+            return wait_until(
+                lambda: self.status(job) if self.status(job)["state"] in states else None,
+                timeout_s, f"job {job} to reach {sorted(states)}")
+        except AssertionError as e:
+            # What the job was doing instead: a timeout under load reads differently from a
+            # job stuck on a refusal.
+            raise AssertionError(f"{e}; its status: {self.status(job)}; its events: "
+                                 f"{self.events(job)[-10:]}") from None
 
     def logs(self, job, rank, attempt=None):
         args = ["logs", job, "--rank", str(rank)]
