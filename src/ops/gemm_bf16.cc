@@ -2,10 +2,13 @@
 #include "ops/gemm_bf16.h"
 
 #include <omp.h>
+#include <sys/mman.h>
 
 #include <algorithm>
+#include <cstdlib>
 #include <exception>
 #include <list>
+#include <memory>
 #include <oneapi/dnnl/dnnl.hpp>
 #include <tuple>
 #include <unordered_map>
@@ -32,18 +35,20 @@ const dnnl::engine& cpu_engine() {
   return *engine;
 }
 
+// `packed`: B in the layout oneDNN picks for the shape (format any), not as b's strides.
 struct Key {
-  bool trans_a, trans_b, bias, accumulate;
+  bool trans_a, trans_b, bias, accumulate, packed;
   int64_t m, n, k, lda, ldb, ldc;
   bool operator==(const Key& o) const {
-    return std::tie(trans_a, trans_b, bias, accumulate, m, n, k, lda, ldb, ldc) ==
-           std::tie(o.trans_a, o.trans_b, o.bias, o.accumulate, o.m, o.n, o.k, o.lda, o.ldb, o.ldc);
+    return std::tie(trans_a, trans_b, bias, accumulate, packed, m, n, k, lda, ldb, ldc) ==
+           std::tie(o.trans_a, o.trans_b, o.bias, o.accumulate, o.packed, o.m, o.n, o.k, o.lda,
+                    o.ldb, o.ldc);
   }
 };
 struct KeyHash {
   size_t operator()(const Key& key) const {
     size_t h = (key.trans_a ? 1u : 0u) | (key.trans_b ? 2u : 0u) | (key.accumulate ? 4u : 0u) |
-               (key.bias ? 8u : 0u);
+               (key.bias ? 8u : 0u) | (key.packed ? 16u : 0u);
     for (int64_t v : {key.m, key.n, key.k, key.lda, key.ldb, key.ldc})
       h = h * 1000003u ^ std::hash<int64_t>()(v);
     return h;
@@ -67,7 +72,8 @@ Prepared prepare(const Key& key) {
   const memory::dims b_strides = key.trans_b ? memory::dims{1, key.ldb} : memory::dims{key.ldb, 1};
   Prepared p;
   p.a = memory::desc({key.m, key.k}, memory::data_type::bf16, a_strides);
-  p.b = memory::desc({key.k, key.n}, memory::data_type::bf16, b_strides);
+  p.b = key.packed ? memory::desc({key.k, key.n}, memory::data_type::bf16, memory::format_tag::any)
+                   : memory::desc({key.k, key.n}, memory::data_type::bf16, b_strides);
   p.c = memory::desc({key.m, key.n}, memory::data_type::f32, memory::dims{key.ldc, 1});
   if (key.bias) p.bias = memory::desc({1, key.n}, memory::data_type::f32, memory::dims{key.n, 1});
   dnnl::primitive_attr attr;
@@ -81,6 +87,7 @@ Prepared prepare(const Key& key) {
       attr, cpu_engine());
   p.matmul = dnnl::matmul(pd);
   p.kernel = pd.impl_info_str();
+  if (key.packed) p.b = pd.weights_desc();
   p.ma = memory(p.a, cpu_engine(), DNNL_MEMORY_NONE);
   p.mb = memory(p.b, cpu_engine(), DNNL_MEMORY_NONE);
   p.mc = memory(p.c, cpu_engine(), DNNL_MEMORY_NONE);
@@ -159,7 +166,127 @@ PrimitiveCache& thread_cache() {
   return cache;
 }
 
+// The calling thread's count of calls with a PackedB (PackedBUse).
+PackedBUse& thread_packed_use() {
+  thread_local PackedBUse use;
+  return use;
+}
+
+// What pack_b needs for one shape of op(B): the layout a kPackedRows-row call reads, and the
+// reorder from b's strides into it.
+struct PackKey {
+  bool trans_b;
+  int64_t k, n, ldb;
+  bool operator==(const PackKey& o) const {
+    return std::tie(trans_b, k, n, ldb) == std::tie(o.trans_b, o.k, o.n, o.ldb);
+  }
+};
+struct PackKeyHash {
+  size_t operator()(const PackKey& key) const {
+    size_t h = key.trans_b ? 1u : 0u;
+    for (int64_t v : {key.k, key.n, key.ldb})
+      h = h * 1000003u ^ std::hash<int64_t>()(v);
+    return h;
+  }
+};
+struct PackPrepared {
+  memory::desc plain, packed;
+  memory src, dst;
+  dnnl::reorder reorder;
+};
+
+// A step packs a few dozen shapes (GPT-2: two per Linear weight, one per span of the head's);
+// past this many a thread's entries are dropped and rebuilt as needed (correct, slower).
+constexpr size_t kPackShapesPerThread = 256;
+
+PackPrepared& pack_prepared(const PackKey& key) {
+  thread_local std::unordered_map<PackKey, PackPrepared, PackKeyHash> cache;
+  auto found = cache.find(key);
+  if (found != cache.end()) return found->second;
+  if (cache.size() >= kPackShapesPerThread) cache.clear();
+  constexpr int64_t rows = PackedB::kPackedRows;
+  PackPrepared p;
+  p.plain = memory::desc({key.k, key.n}, memory::data_type::bf16,
+                         key.trans_b ? memory::dims{1, key.ldb} : memory::dims{key.ldb, 1});
+  const memory::desc a({rows, key.k}, memory::data_type::bf16, memory::dims{key.k, 1});
+  const memory::desc any({key.k, key.n}, memory::data_type::bf16, memory::format_tag::any);
+  const memory::desc c({rows, key.n}, memory::data_type::f32, memory::dims{key.n, 1});
+  const dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(a, any, c), cpu_engine());
+  p.packed = pd.weights_desc();
+  p.src = memory(p.plain, cpu_engine(), DNNL_MEMORY_NONE);
+  p.dst = memory(p.packed, cpu_engine(), DNNL_MEMORY_NONE);
+  p.reorder = dnnl::reorder(p.src, p.dst);
+  return cache.emplace(key, std::move(p)).first->second;
+}
+
 }  // namespace
+
+struct PackedB::Layout {
+  memory::desc desc;
+};
+
+PackedB::PackedB() : data_(nullptr, std::free) {}
+PackedB::~PackedB() = default;
+PackedB::PackedB(PackedB&&) noexcept = default;
+PackedB& PackedB::operator=(PackedB&&) noexcept = default;
+
+size_t PackedB::bytes() const {
+  return layout_ != nullptr ? bytes_ : 0;
+}
+
+Status reserve_b(bool trans_b, int64_t k, int64_t n, int64_t ldb, PackedB* out) {
+  if (omp_get_max_threads() != 1) omp_set_num_threads(1);
+  memory::desc layout;
+  try {
+    layout = pack_prepared(PackKey{trans_b, k, n, ldb}).packed;
+  } catch (const std::exception& e) {
+    KILN_CHECK(false) << "oneDNN bf16 weight layout k=" << k << " n=" << n << " ldb=" << ldb << ": "
+                      << e.what();
+  }
+  const size_t bytes = layout.get_size();
+  if (out->data_ == nullptr || out->bytes_ < bytes) {
+    out->data_.reset();
+    out->bytes_ = 0;
+    // Cache-line aligned (what oneDNN's kernels load), and on huge pages past one: advice only,
+    // which a kernel without transparent huge pages declines.
+    constexpr size_t kHugePage = size_t{2} << 20;
+    const size_t align = bytes >= kHugePage ? kHugePage : 64;
+    const size_t rounded = (bytes + align - 1) / align * align;
+    void* data = std::aligned_alloc(align, rounded);
+    if (data == nullptr) {
+      return Status::unavailable("bf16 packed weight: cannot allocate " + std::to_string(rounded) +
+                                 " bytes");
+    }
+    if (align == kHugePage) (void)::madvise(data, rounded, MADV_HUGEPAGE);
+    out->data_.reset(static_cast<char*>(data));
+    out->bytes_ = bytes;
+  }
+  if (out->layout_ == nullptr) out->layout_ = std::make_unique<PackedB::Layout>();
+  out->layout_->desc = layout;
+  return Status();
+}
+
+void pack_b(bool trans_b, int64_t k, int64_t n, const uint16_t* b, int64_t ldb, PackedB* out) {
+  if (omp_get_max_threads() != 1) omp_set_num_threads(1);
+  try {
+    PackPrepared& p = pack_prepared(PackKey{trans_b, k, n, ldb});
+    KILN_CHECK(out->layout_ != nullptr && out->layout_->desc == p.packed &&
+               out->bytes_ >= p.packed.get_size())
+        << "pack_b before reserve_b of k=" << k << " n=" << n;
+    thread_local dnnl::stream stream(cpu_engine());
+    p.src.set_data_handle(const_cast<uint16_t*>(b));  // read only
+    p.dst.set_data_handle(out->data_.get());
+    p.reorder.execute(stream, p.src, p.dst);
+    stream.wait();
+  } catch (const std::exception& e) {
+    KILN_CHECK(false) << "oneDNN bf16 weight packing k=" << k << " n=" << n << " ldb=" << ldb
+                      << ": " << e.what();
+  }
+}
+
+PackedBUse packed_b_use_here() {
+  return thread_packed_use();
+}
 
 std::vector<std::string> bf16_gemm_kernels_run_here() {
   return thread_cache().kernels();
@@ -175,19 +302,34 @@ std::string bf16_gemm_kernel() {
 
 void bgemm_single_threaded(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k,
                            const uint16_t* a, int64_t lda, const uint16_t* b, int64_t ldb,
-                           const float* bias, float beta, float* c, int64_t ldc) {
+                           const float* bias, float beta, float* c, int64_t ldc,
+                           const PackedB* packed_b) {
   KILN_CHECK(beta == 0.0f || beta == 1.0f) << "bgemm beta " << beta;
   // As gemm_call.cc: one OpenMP thread under each of kiln_ops' tasks (the setting is the
   // calling thread's own).
   if (omp_get_max_threads() != 1) omp_set_num_threads(1);
-  const Key key{trans_a, trans_b, bias != nullptr, beta != 0.0f, m, n, k, lda, ldb, ldc};
+  Key key{trans_a, trans_b, bias != nullptr, beta != 0.0f, false, m, n, k, lda, ldb, ldc};
   dnnl_status_t status = dnnl_success;
   try {
     thread_local dnnl::stream stream(cpu_engine());
-    Prepared& p = thread_cache().get(key);
+    const void* b_data = b;
+    Prepared* prepared = nullptr;
+    if (packed_b != nullptr && packed_b->layout_ != nullptr) {
+      key.packed = true;
+      prepared = &thread_cache().get(key);
+      if (prepared->b == packed_b->layout_->desc) {
+        b_data = packed_b->data_.get();
+        ++thread_packed_use().read_packed;
+      } else {
+        key.packed = false;
+        prepared = nullptr;
+        ++thread_packed_use().read_plain;
+      }
+    }
+    Prepared& p = prepared != nullptr ? *prepared : thread_cache().get(key);
     // oneDNN takes non-const handles; it only reads A, B and the bias.
     p.ma.set_data_handle(const_cast<uint16_t*>(a));
-    p.mb.set_data_handle(const_cast<uint16_t*>(b));
+    p.mb.set_data_handle(const_cast<void*>(b_data));
     p.mc.set_data_handle(c);
     dnnl_exec_arg_t args[4] = {{DNNL_ARG_SRC, p.ma.get()},
                                {DNNL_ARG_WEIGHTS, p.mb.get()},

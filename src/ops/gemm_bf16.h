@@ -21,7 +21,9 @@
 #ifndef KILN_OPS_GEMM_BF16_H_
 #define KILN_OPS_GEMM_BF16_H_
 
+#include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -41,11 +43,63 @@ std::string bf16_gemm_kernel();
 // holds primitives for: what tests check ran on the matrix units ("brg:..."), not a fallback.
 std::vector<std::string> bf16_gemm_kernels_run_here();
 
+// op(B) (k x n) of one call shape in the blocked layout oneDNN's kernel reads for calls of
+// kPackedRows rows of A. Given a plain B, oneDNN copies it into that layout inside every call
+// (a pass over B for each block of rows); a weight packed once a step is read as it is.
+class PackedB {
+ public:
+  // The rows of op(A) of the calls whose layout pack_b asks oneDNN for: matmul.cc's block.
+  static constexpr int64_t kPackedRows = 128;
+
+  PackedB();
+  ~PackedB();
+  PackedB(PackedB&&) noexcept;
+  PackedB& operator=(PackedB&&) noexcept;
+
+  // The bytes it holds (0 before its first pack_b).
+  size_t bytes() const;
+
+ private:
+  friend Status reserve_b(bool, int64_t, int64_t, int64_t, PackedB*);
+  friend void pack_b(bool, int64_t, int64_t, const uint16_t*, int64_t, PackedB*);
+  friend void bgemm_single_threaded(bool, bool, int64_t, int64_t, int64_t, const uint16_t*, int64_t,
+                                    const uint16_t*, int64_t, const float*, float, float*, int64_t,
+                                    const PackedB*);
+  struct Layout;  // oneDNN's memory descriptor
+  std::unique_ptr<Layout> layout_;
+  std::unique_ptr<char, void (*)(void*)> data_;
+  size_t bytes_ = 0;
+};
+
+// Gives *out the layout of op(B) (k x n; stored n x k, ldb apart, when trans_b) and the memory
+// it needs, keeping what it holds when that is enough: kUnavailable when the memory cannot be
+// had. (Huge pages are asked for past 2 MiB: GPT-2's Linear weights are several MiB each.)
+// REQUIRES: as bgemm_single_threaded.
+Status reserve_b(bool trans_b, int64_t k, int64_t n, int64_t ldb, PackedB* out);
+
+// Lays out op(B), b's values, into *out, single-threaded. REQUIRES: reserve_b(trans_b, k, n, ldb,
+// out) succeeded.
+void pack_b(bool trans_b, int64_t k, int64_t n, const uint16_t* b, int64_t ldb, PackedB* out);
+
 // REQUIRES: bf16_gemm_available() is OK; beta is 0 or 1; every dimension positive; strides
 // valid for the shapes (the callers check). A refusal by oneDNN is a bug, checked.
+//
+// With `packed_b` (pack_b of this call's op(B): the same trans_b, k, n and values as b), B is
+// read from it when the call's kernel reads that layout (checked on every call, since oneDNN
+// picks it by the call's shape too: a block of fewer rows may want another) and from b
+// otherwise; the two differ at most in the order of the sums over k.
 void bgemm_single_threaded(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k,
                            const uint16_t* a, int64_t lda, const uint16_t* b, int64_t ldb,
-                           const float* bias, float beta, float* c, int64_t ldc);
+                           const float* bias, float beta, float* c, int64_t ldc,
+                           const PackedB* packed_b = nullptr);
+
+// How many of the calling thread's calls with a packed_b read it, and how many read b instead:
+// what tests check of the layouts' agreement.
+struct PackedBUse {
+  int64_t read_packed = 0;
+  int64_t read_plain = 0;
+};
+PackedBUse packed_b_use_here();
 
 }  // namespace kiln::ops
 

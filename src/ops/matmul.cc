@@ -8,12 +8,16 @@
 // fixed blocks of kBf16Block, since its order of sums depends on the block's shape, and in
 // fixed spans of kBf16Span (a reduction longer than that, with neither operand transposed,
 // accumulated span by span in C). Either way the result does not depend on the thread count.
+// A bf16 weight may come packed (PackedWeight): each call's piece of op(B) already in the layout
+// oneDNN's kernel reads, which it would otherwise build inside every call.
 #include <kiln/ops/matmul.h>
 
 #include <algorithm>
 #include <cstdint>
 #include <cstring>
+#include <memory>
 #include <string>
+#include <vector>
 
 #include "ops/cpu/kernels_linear.h"
 #include "ops/dispatch.h"
@@ -31,13 +35,34 @@ constexpr int64_t kMinRowsPerTask = 32;
 // oneDNN's bf16 kernels order the sums over a long reduction by the block's shape, so blocks
 // that depended on the thread count would make the result depend on it.
 constexpr int64_t kBf16Block = 128;
+static_assert(kBf16Block == PackedB::kPackedRows, "packed weights are laid out for these blocks");
 // A bf16 GEMM's calls have n at most this, and k too when neither operand is transposed
 // (run_bf16_block says why).
 constexpr int64_t kBf16Span = 3072;
 
+// The op(B) pieces of one by-rows bf16 GEMM's calls (run_bf16_block's grid: spans of n, and of
+// k when the reduction is split), each packed (pack_b): piece (ki, ci) is rows
+// [ki k_span, +k_span) and columns [ci n_span, +n_span) of op(B).
+struct PackedPieces {
+  int64_t k_span = 0, n_span = 0, k_count = 0, n_count = 0;
+  std::vector<PackedB> pieces;  // k_count x n_count, row-major
+};
+
+}  // namespace
+
+struct PackedWeight::Impl {
+  const void* data = nullptr;  // the w packed: its memory, shape (N, K) and row stride
+  int64_t rows = 0, cols = 0, ld = 0;
+  PackedPieces forward;     // op(B) = w^T (K x N)
+  PackedPieces input_grad;  // op(B) = w (N x K)
+};
+
+namespace {
+
 // One row-major GEMM: C (m x n) = op(A) @ op(B) + beta * C, where op(A) is m x k (A stored
 // k x m when trans_a) and op(B) is k x n (B stored n x k when trans_b). A and B are `in` (f32
-// through the Context's library, bf16 through oneDNN's matmul), C is f32.
+// through the Context's library, bf16 through oneDNN's matmul), C is f32. `packed`: op(B)'s
+// pieces for the bf16 calls when run by rows, or null.
 struct Gemm {
   bool trans_a = false;
   bool trans_b = false;
@@ -51,6 +76,7 @@ struct Gemm {
   float* c = nullptr;
   int64_t ldc = 0;
   GemmLibrary library = GemmLibrary::kOpenBlas;
+  const PackedPieces* packed = nullptr;
 };
 
 void run_block(const Gemm& g, int64_t m0, int64_t m1, int64_t n0, int64_t n1) {
@@ -67,6 +93,17 @@ void run_block(const Gemm& g, int64_t m0, int64_t m1, int64_t n0, int64_t n1) {
 // with neither operand transposed (the head's input gradient).
 bool bf16_splits_reduction(const Gemm& g) {
   return !g.trans_a && !g.trans_b && g.k > kBf16Span;
+}
+
+// The spans of op(B) the calls of a by-rows bf16 GEMM read (run_bf16_block): one piece of k
+// unless the reduction is split, one of n unless n is wider than kBf16Span.
+PackedPieces call_grid(const Gemm& g) {
+  PackedPieces grid;
+  grid.k_span = bf16_splits_reduction(g) ? kBf16Span : g.k;
+  grid.n_span = g.n <= kBf16Span ? g.n : kBf16Span;
+  grid.k_count = (g.k + grid.k_span - 1) / grid.k_span;
+  grid.n_count = (g.n + grid.n_span - 1) / grid.n_span;
+  return grid;
 }
 
 // A task's block of a bf16 GEMM, C[m0, m1) x [n0, n1) = op(A) rows @ op(B) [+ bias] + beta C,
@@ -105,9 +142,14 @@ void run_bf16_block(const Gemm& g, const uint16_t* a, int64_t lda, int64_t m0, i
           std::memcpy(a_span + r * kw, ak + r * lda, static_cast<size_t>(kw) * sizeof(uint16_t));
         ak = a_span, ldak = kw;
       }
+      const PackedB* piece =
+          g.packed != nullptr
+              ? &g.packed->pieces[static_cast<size_t>(k0 / g.packed->k_span * g.packed->n_count +
+                                                      c0 / g.packed->n_span)]
+              : nullptr;
       bgemm_single_threaded(g.trans_a, g.trans_b, rows, cw, kw, ak, ldak, b_at(k0, c0), g.ldb,
                             k0 == 0 && bias != nullptr ? bias + c0 : nullptr, k0 == 0 ? beta : 1.0f,
-                            c, ldc);
+                            c, ldc, piece);
     }
   };
   float* c = g.c + m0 * g.ldc;
@@ -138,8 +180,10 @@ void run_bf16_block(const Gemm& g, const uint16_t* a, int64_t lda, int64_t m0, i
 // oneDNN runs its AMX (brgemm) kernels only on dense operands: a block of rows of a transposed A
 // (the weight gradient's dy^T, whose rows are n apart) would run its slower gemm:jit kernel. Such
 // a block is first copied into a dense (k x block) scratch of the task's thread.
-Status run_bf16_gemm(const Gemm& g, const float* bias, const Context& ctx) {
-  const bool by_rows = g.m >= kBf16Block || g.m >= g.n;
+Status run_bf16_gemm(const Gemm& given, const float* bias, const Context& ctx) {
+  const bool by_rows = given.m >= kBf16Block || given.m >= given.n;
+  Gemm g = given;
+  if (!by_rows) g.packed = nullptr;  // pieces are laid out for the calls of blocks of rows
   const int64_t extent = by_rows ? g.m : g.n;
   const int64_t tasks = (extent + kBf16Block - 1) / kBf16Block;
   const bool pack_a = by_rows && g.trans_a && g.lda != std::min(kBf16Block, g.m);
@@ -234,7 +278,137 @@ const void* data_of(const TensorView& t) {
   return t.data;
 }
 
+// The bf16 GEMMs in which a weight w (N x K, ld apart) is op(B), as matmul_forward and
+// matmul_backward make them: the forward's x @ w^T and the input gradient's dy @ w (the fields
+// call_grid and the pieces' addresses read).
+Gemm weight_gemm(bool forward, const TensorView& w) {
+  Gemm g;
+  g.trans_b = forward;
+  g.n = forward ? w.shape[0] : w.shape[1];
+  g.k = forward ? w.shape[1] : w.shape[0];
+  g.in = DType::kBF16;
+  g.b = w.data;
+  g.ldb = w.stride[0];
+  return g;
+}
+
+// Piece `index` of a grid over g's op(B): rows [k0, k0 + kw), columns [c0, c0 + cw).
+struct Piece {
+  int64_t k0, c0, kw, cw;
+};
+Piece piece_of(const PackedPieces& grid, const Gemm& g, int64_t index) {
+  Piece p;
+  p.k0 = index / grid.n_count * grid.k_span;
+  p.c0 = index % grid.n_count * grid.n_span;
+  p.kw = std::min(g.k, p.k0 + grid.k_span) - p.k0;
+  p.cw = std::min(g.n, p.c0 + grid.n_span) - p.c0;
+  return p;
+}
+
+// A matmul's w_packed, when given, was made from this w (its memory, shape and row stride) for
+// bf16 inputs.
+Status check_packed(const char* op, const TensorView& w, DType in, const PackedWeight* packed) {
+  if (packed == nullptr) return Status();
+  if (in != DType::kBF16) {
+    return Status::invalid_argument(std::string(op) +
+                                    ": w_packed is for bf16 inputs, and these are f32");
+  }
+  const PackedWeight::Impl* impl = packed->impl();
+  if (impl == nullptr) {
+    return Status::invalid_argument(std::string(op) +
+                                    ": w_packed is empty (pack_bf16_weights fills it)");
+  }
+  if (impl->data != w.data || impl->rows != w.shape[0] || impl->cols != w.shape[1] ||
+      impl->ld != w.stride[0]) {
+    return Status::invalid_argument(
+        std::string(op) + ": w_packed was packed from another weight (" +
+        std::to_string(impl->rows) + " x " + std::to_string(impl->cols) + ", row stride " +
+        std::to_string(impl->ld) + ") than w (" + w.describe() + ")");
+  }
+  return Status();
+}
+
 }  // namespace
+
+PackedWeight::PackedWeight() = default;
+PackedWeight::~PackedWeight() = default;
+PackedWeight::PackedWeight(PackedWeight&&) noexcept = default;
+PackedWeight& PackedWeight::operator=(PackedWeight&&) noexcept = default;
+
+bool PackedWeight::empty() const {
+  return impl_ == nullptr;
+}
+
+size_t PackedWeight::bytes() const {
+  size_t total = 0;
+  if (impl_ == nullptr) return total;
+  for (const PackedPieces* role : {&impl_->forward, &impl_->input_grad}) {
+    for (const PackedB& piece : role->pieces)
+      total += piece.bytes();
+  }
+  return total;
+}
+
+Status pack_bf16_weights(std::span<const TensorView> w, std::span<PackedWeight> out,
+                         const Context& ctx) {
+  constexpr const char* kOp = "pack_bf16_weights";
+  KILN_RETURN_IF_ERROR(check_cpu_dispatch(ctx, kOp));
+  if (w.size() != out.size()) {
+    return Status::invalid_argument(std::string(kOp) + ": " + std::to_string(w.size()) +
+                                    " weights but " + std::to_string(out.size()) + " outputs");
+  }
+  KILN_RETURN_IF_ERROR(bf16_gemm_available().with_context(kOp));
+  for (size_t i = 0; i < w.size(); ++i) {
+    const std::string name = "w[" + std::to_string(i) + "]";
+    KILN_RETURN_IF_ERROR(check_matrix(kOp, name.c_str(), w[i], -1, -1, DType::kBF16));
+  }
+  // Every piece of every weight is a task: (weight, role, piece) in that order. The pieces are
+  // laid out and their memory had first, here, so that a failure is a Status and the tasks
+  // only copy.
+  int64_t total = 0;
+  for (size_t i = 0; i < w.size(); ++i) {
+    if (out[i].impl_ == nullptr) out[i].impl_ = std::make_unique<PackedWeight::Impl>();
+    PackedWeight::Impl& impl = *out[i].impl_;
+    impl.data = w[i].data;
+    impl.rows = w[i].shape[0], impl.cols = w[i].shape[1], impl.ld = w[i].stride[0];
+    const bool empty = impl.rows == 0 || impl.cols == 0;
+    for (const bool forward : {true, false}) {
+      PackedPieces& role = forward ? impl.forward : impl.input_grad;
+      std::vector<PackedB> pieces = std::move(role.pieces);
+      role = empty ? PackedPieces() : call_grid(weight_gemm(forward, w[i]));
+      pieces.resize(static_cast<size_t>(role.k_count * role.n_count));
+      role.pieces = std::move(pieces);
+      total += role.k_count * role.n_count;
+      const Gemm g = weight_gemm(forward, w[i]);
+      for (int64_t index = 0; index < role.k_count * role.n_count; ++index) {
+        const Piece piece = piece_of(role, g, index);
+        KILN_RETURN_IF_ERROR(reserve_b(g.trans_b, piece.kw, piece.cw, g.ldb,
+                                       &role.pieces[static_cast<size_t>(index)])
+                                 .with_context(std::string(kOp) + " w[" + std::to_string(i) + "]"));
+      }
+    }
+  }
+  run_parallel(ctx, total, [&](int64_t task, int) {
+    for (size_t i = 0; i < w.size(); ++i) {
+      PackedWeight::Impl& impl = *out[i].impl_;
+      for (const bool forward : {true, false}) {
+        PackedPieces& role = forward ? impl.forward : impl.input_grad;
+        const int64_t count = role.k_count * role.n_count;
+        if (task >= count) {
+          task -= count;
+          continue;
+        }
+        const Gemm g = weight_gemm(forward, w[i]);
+        const Piece piece = piece_of(role, g, task);
+        const auto* b = static_cast<const uint16_t*>(g.b) +
+                        (g.trans_b ? piece.c0 * g.ldb + piece.k0 : piece.k0 * g.ldb + piece.c0);
+        pack_b(g.trans_b, piece.kw, piece.cw, b, g.ldb, &role.pieces[static_cast<size_t>(task)]);
+        return;
+      }
+    }
+  });
+  return Status();
+}
 
 Status bf16_matmul_available() {
   return bf16_gemm_available();
@@ -256,6 +430,7 @@ Status matmul_forward(const MatmulParams& p, const Context& ctx) {
   KILN_RETURN_IF_ERROR(check_matrix(kOp, "x", p.x, -1, -1, in));
   KILN_RETURN_IF_ERROR(check_matrix(kOp, "w", p.w, n, k, in));
   KILN_RETURN_IF_ERROR(check_matrix(kOp, "y", p.y, m, n));
+  KILN_RETURN_IF_ERROR(check_packed(kOp, p.w, in, p.w_packed));
   if (p.bias.present()) {
     KILN_RETURN_IF_ERROR(expect_shape(kOp, "bias", p.bias, DType::kF32, {n}));
     KILN_RETURN_IF_ERROR(expect_contiguous(kOp, "bias", p.bias));
@@ -280,6 +455,7 @@ Status matmul_forward(const MatmulParams& p, const Context& ctx) {
   g.a = data_of(p.x), g.lda = p.x.stride[0];
   g.b = data_of(p.w), g.ldb = p.w.stride[0];
   g.c = y, g.ldc = ldy;
+  if (p.w_packed != nullptr) g.packed = &p.w_packed->impl()->forward;
   if (p.bias.present()) {
     // y = bias, then y += x @ w^T: the bias row is copied in the same task that computes the
     // rows, while they are in cache.
@@ -318,6 +494,7 @@ Status matmul_backward(const MatmulBackwardParams& p, const Context& ctx) {
   KILN_RETURN_IF_ERROR(check_matrix(kOp, "w", p.w, n, k, in));
   KILN_RETURN_IF_ERROR(check_matrix(kOp, "dy", p.dy, m, n, in));
   if (p.dx.present()) KILN_RETURN_IF_ERROR(check_matrix(kOp, "dx", p.dx, m, k));
+  KILN_RETURN_IF_ERROR(check_packed(kOp, p.w, in, p.w_packed));
   if (p.dw.present()) KILN_RETURN_IF_ERROR(check_matrix(kOp, "dw", p.dw, n, k));
   if (p.dbias.present()) {
     KILN_RETURN_IF_ERROR(expect_shape(kOp, "dbias", p.dbias, DType::kF32, {n}));
@@ -332,6 +509,7 @@ Status matmul_backward(const MatmulBackwardParams& p, const Context& ctx) {
     g.b = data_of(p.w), g.ldb = p.w.stride[0];
     g.beta = p.accumulate_dx ? 1.0f : 0.0f;
     g.c = p.dx.f32_ptr(), g.ldc = p.dx.stride[0];
+    if (p.w_packed != nullptr) g.packed = &p.w_packed->impl()->input_grad;
     if (n == 0 && !p.accumulate_dx) {
       for (int64_t r = 0; r < m; ++r)
         std::memset(g.c + r * g.ldc, 0, k * sizeof(float));

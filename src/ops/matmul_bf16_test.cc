@@ -91,7 +91,8 @@ struct Case {
     std::vector<float> y, dx, dw, dbias;
   };
 
-  Status run(const Context& ctx, Out* out) {
+  // With `packed`, w is packed first (pack_bf16_weights) and read packed by y and dx.
+  Status run(const Context& ctx, Out* out, bool packed = false) {
     out->y.assign(d.m * d.n, -3.0f);
     out->dx.assign(d.m * d.k, -5.0f);
     out->dw = dw0;
@@ -101,11 +102,17 @@ struct Case {
     p.w = TensorView::of(w16.data(), DType::kBF16, {d.n, d.k});
     p.bias = TensorView::f32(bias.data(), {d.n});
     p.y = TensorView::f32(out->y.data(), {d.m, d.n});
+    PackedWeight w_packed;
+    if (packed) {
+      KILN_RETURN_IF_ERROR(pack_bf16_weights({&p.w, 1}, {&w_packed, 1}, ctx));
+      p.w_packed = &w_packed;
+    }
     KILN_RETURN_IF_ERROR(matmul_forward(p, ctx));
     MatmulBackwardParams b;
     b.dy = TensorView::of(dy16.data(), DType::kBF16, {d.m, d.n});
     b.x = p.x;
     b.w = p.w;
+    b.w_packed = p.w_packed;
     b.dx = TensorView::f32(out->dx.data(), {d.m, d.k});
     b.dw = TensorView::f32(out->dw.data(), {d.n, d.k});
     b.dbias = TensorView::f32(out->dbias.data(), {d.n});
@@ -156,10 +163,11 @@ Context cpu_context(ThreadPool* pool) {
 // the span (computed in column spans through the scratch) and a dx whose reduction is longer
 // (accumulated span by span); {16, 130, 3300} a dw wider than the span, accumulated (+=);
 // {64, 3200, 200} a dx of too few rows to split by rows, split by columns, whose reduction is
-// longer than the span.
-const Dims kDims[] = {{1, 1, 1},       {3, 5, 7},       {64, 48, 33},   {130, 97, 70},
-                      {2, 300, 5},     {257, 3, 1000},  {40, 700, 16},  {256, 192, 768},
-                      {130, 3500, 40}, {16, 130, 3300}, {64, 3200, 200}};
+// longer than the span; {130, 6144, 40} two spans of the same shape, whose packed pieces only
+// their values tell apart.
+const Dims kDims[] = {{1, 1, 1},       {3, 5, 7},       {64, 48, 33},    {130, 97, 70},
+                      {2, 300, 5},     {257, 3, 1000},  {40, 700, 16},   {256, 192, 768},
+                      {130, 3500, 40}, {16, 130, 3300}, {64, 3200, 200}, {130, 6144, 40}};
 
 TEST(MatmulBf16Test, IsTheF32MatmulOfTheRoundedInputs) {
   SKIP_WITHOUT_BF16_GEMM();
@@ -167,17 +175,20 @@ TEST(MatmulBf16Test, IsTheF32MatmulOfTheRoundedInputs) {
     ThreadPool pool(threads);
     const Context ctx = cpu_context(&pool);
     for (const Dims& d : kDims) {
-      const std::string what = "M=" + std::to_string(d.m) + " N=" + std::to_string(d.n) +
-                               " K=" + std::to_string(d.k) + " threads=" + std::to_string(threads);
-      Case c(d, 11);
-      Case::Out got;
-      ASSERT_TRUE(c.run(ctx, &got).ok()) << what;
-      Case::Out want = c.reference(to_f32(c.x16, c.x.size()), to_f32(c.w16, c.w.size()),
-                                   to_f32(c.dy16, c.dy.size()));
-      EXPECT_LE(buffer_err(got.y, want.y), kTolerance) << what << " y";
-      EXPECT_LE(buffer_err(got.dx, want.dx), kTolerance) << what << " dx";
-      EXPECT_LE(buffer_err(got.dw, want.dw), kTolerance) << what << " dw";
-      EXPECT_LE(buffer_err(got.dbias, want.dbias), kTolerance) << what << " dbias";
+      for (const bool packed : {false, true}) {
+        const std::string what = "M=" + std::to_string(d.m) + " N=" + std::to_string(d.n) +
+                                 " K=" + std::to_string(d.k) +
+                                 " threads=" + std::to_string(threads) + (packed ? " packed" : "");
+        Case c(d, 11);
+        Case::Out got;
+        ASSERT_TRUE(c.run(ctx, &got, packed).ok()) << what;
+        Case::Out want = c.reference(to_f32(c.x16, c.x.size()), to_f32(c.w16, c.w.size()),
+                                     to_f32(c.dy16, c.dy.size()));
+        EXPECT_LE(buffer_err(got.y, want.y), kTolerance) << what << " y";
+        EXPECT_LE(buffer_err(got.dx, want.dx), kTolerance) << what << " dx";
+        EXPECT_LE(buffer_err(got.dw, want.dw), kTolerance) << what << " dw";
+        EXPECT_LE(buffer_err(got.dbias, want.dbias), kTolerance) << what << " dbias";
+      }
     }
   }
 }
@@ -263,24 +274,140 @@ TEST(MatmulBf16Test, ResultsDoNotDependOnThreadCount) {
   // A long reduction over several blocks of rows (where oneDNN's order of sums depends on the
   // block's shape), and few rows split by columns.
   // Also a forward past kBf16Span's columns whose dx reduces over more than the span.
-  for (const Dims& d :
-       {Dims{300, 200, 150}, Dims{7, 900, 64}, Dims{400, 96, 3072}, Dims{300, 3500, 64}}) {
-    Case::Out first;
-    for (int threads : {1, 2, 5}) {
-      ThreadPool pool(threads);
-      Case c(d, 31);
-      Case::Out got;
-      ASSERT_TRUE(c.run(cpu_context(&pool), &got).ok());
-      if (threads == 1) {
-        first = got;
-        continue;
+  // With packed weights as without.
+  for (const bool packed : {false, true}) {
+    for (const Dims& d :
+         {Dims{300, 200, 150}, Dims{7, 900, 64}, Dims{400, 96, 3072}, Dims{300, 3500, 64}}) {
+      Case::Out first;
+      for (int threads : {1, 2, 5}) {
+        ThreadPool pool(threads);
+        Case c(d, 31);
+        Case::Out got;
+        ASSERT_TRUE(c.run(cpu_context(&pool), &got, packed).ok());
+        if (threads == 1) {
+          first = got;
+          continue;
+        }
+        EXPECT_EQ(got.y, first.y) << threads << " packed " << packed;
+        EXPECT_EQ(got.dx, first.dx) << threads << " packed " << packed;
+        EXPECT_EQ(got.dw, first.dw) << threads << " packed " << packed;
+        EXPECT_EQ(got.dbias, first.dbias) << threads << " packed " << packed;
       }
-      EXPECT_EQ(got.y, first.y) << threads;
-      EXPECT_EQ(got.dx, first.dx) << threads;
-      EXPECT_EQ(got.dw, first.dw) << threads;
-      EXPECT_EQ(got.dbias, first.dbias) << threads;
     }
   }
+}
+
+// The calls of GPT-2's shapes read the packed weights, none falling back to repacking w:
+// blocks of 128 rows and a last block of fewer (300 rows), the head's wide forward and its
+// input gradient split over the reduction. Run on a fresh thread without a pool, whose counts
+// are exactly these calls'.
+void run_packed_gpt2_shapes(PackedBUse* use) {
+  const Context ctx = cpu_context(nullptr);
+  for (const Dims& d : {Dims{300, 3 * 768, 768}, Dims{256, 768, 768}, Dims{256, 3072, 768},
+                        Dims{256, 768, 3072}, Dims{300, 3500, 768}}) {
+    Case c(d, 81);
+    Case::Out out;
+    ASSERT_TRUE(c.run(ctx, &out, true).ok());
+  }
+  *use = packed_b_use_here();
+}
+
+TEST(MatmulBf16Test, Gpt2ShapesReadTheirPackedWeights) {
+  SKIP_WITHOUT_BF16_GEMM();
+  PackedBUse use;
+  std::thread fresh(run_packed_gpt2_shapes, &use);
+  fresh.join();
+  // y and dx of 3 + 2 + 2 + 2 + 3 blocks, the head-like shape's in 2 spans each.
+  EXPECT_EQ(use.read_packed, 2 * (3 + 2 + 2 + 2) + 3 * 2 * 2);
+  EXPECT_EQ(use.read_plain, 0);
+}
+
+TEST(MatmulBf16Test, APackedWeightFromAnotherWeightOrForF32IsRefusedByName) {
+  SKIP_WITHOUT_BF16_GEMM();
+  const Dims d{8, 6, 4};
+  Case c(d, 91);
+  std::vector<float> y(d.m * d.n), dx(d.m * d.k);
+  const Context ctx = cpu_context(nullptr);
+  MatmulParams p;
+  p.x = TensorView::of(c.x16.data(), DType::kBF16, {d.m, d.k});
+  p.w = TensorView::of(c.w16.data(), DType::kBF16, {d.n, d.k});
+  p.y = TensorView::f32(y.data(), {d.m, d.n});
+  PackedWeight empty;
+  p.w_packed = &empty;
+  Status s = matmul_forward(p, ctx);
+  EXPECT_NE(s.to_string().find("matmul_forward: w_packed is empty"), std::string::npos)
+      << s.to_string();
+  // Packed from a copy of w: the same values, another weight.
+  std::vector<uint16_t> other = c.w16;
+  const TensorView other_w = TensorView::of(other.data(), DType::kBF16, {d.n, d.k});
+  PackedWeight packed;
+  ASSERT_TRUE(pack_bf16_weights({&other_w, 1}, {&packed, 1}, ctx).ok());
+  EXPECT_EQ(packed.empty(), false);
+  EXPECT_GT(packed.bytes(), 0u);
+  p.w_packed = &packed;
+  s = matmul_forward(p, ctx);
+  EXPECT_NE(s.to_string().find("matmul_forward: w_packed was packed from another weight (6 x 4, "
+                               "row stride 4) than w (bf16[6,4])"),
+            std::string::npos)
+      << s.to_string();
+  MatmulBackwardParams b;
+  b.dy = TensorView::of(c.dy16.data(), DType::kBF16, {d.m, d.n});
+  b.x = p.x;
+  b.w = p.w;
+  b.dx = TensorView::f32(dx.data(), {d.m, d.k});
+  b.w_packed = &packed;
+  s = matmul_backward(b, ctx);
+  EXPECT_NE(s.to_string().find("matmul_backward: w_packed was packed from another weight"),
+            std::string::npos)
+      << s.to_string();
+  // A shape that differs over the same memory.
+  const TensorView narrower = TensorView::of(other.data(), DType::kBF16, {d.n - 1, d.k});
+  ASSERT_TRUE(pack_bf16_weights({&narrower, 1}, {&packed, 1}, ctx).ok());
+  p.w = other_w;
+  s = matmul_forward(p, ctx);
+  EXPECT_NE(s.to_string().find("packed from another weight (5 x 4"), std::string::npos)
+      << s.to_string();
+  // f32 inputs with a packed weight, and packing an f32 weight.
+  std::vector<float> xf = c.x, wf = c.w;
+  p.x = TensorView::f32(xf.data(), {d.m, d.k});
+  p.w = TensorView::f32(wf.data(), {d.n, d.k});
+  s = matmul_forward(p, ctx);
+  EXPECT_NE(s.to_string().find("w_packed is for bf16 inputs, and these are f32"), std::string::npos)
+      << s.to_string();
+  const TensorView views[2] = {other_w, p.w};
+  PackedWeight outs[2];
+  s = pack_bf16_weights(views, outs, ctx);
+  EXPECT_NE(s.to_string().find("pack_bf16_weights: w[1] is f32[6,4] but must be bf16"),
+            std::string::npos)
+      << s.to_string();
+  s = pack_bf16_weights(views, {outs, 1}, ctx);
+  EXPECT_NE(s.to_string().find("2 weights but 1 outputs"), std::string::npos) << s.to_string();
+}
+
+TEST(MatmulBf16Test, PackingAgainAfterTheWeightChangesReadsTheNewWeight) {
+  // The caller's contract (a packed weight is a copy): what a training step relies on after
+  // each optimizer step. Packing again into the same PackedWeight keeps its memory.
+  SKIP_WITHOUT_BF16_GEMM();
+  ThreadPool pool(2);
+  const Context ctx = cpu_context(&pool);
+  const Dims d{256, 192, 768};
+  Case c(d, 101);
+  Case::Out before;
+  ASSERT_TRUE(c.run(ctx, &before, true).ok());
+  for (uint16_t& v : c.w16)
+    v ^= 0x8000;  // every weight negated
+  Case::Out after;
+  ASSERT_TRUE(c.run(ctx, &after, true).ok());
+  const Case::Out want = c.reference(to_f32(c.x16, c.x.size()), to_f32(c.w16, c.w.size()),
+                                     to_f32(c.dy16, c.dy.size()));
+  EXPECT_LE(buffer_err(after.y, want.y), kTolerance);
+  EXPECT_LE(buffer_err(after.dx, want.dx), kTolerance);
+  const TensorView w = TensorView::of(c.w16.data(), DType::kBF16, {d.n, d.k});
+  PackedWeight packed;
+  ASSERT_TRUE(pack_bf16_weights({&w, 1}, {&packed, 1}, ctx).ok());
+  const size_t bytes = packed.bytes();
+  ASSERT_TRUE(pack_bf16_weights({&w, 1}, {&packed, 1}, ctx).ok());
+  EXPECT_EQ(packed.bytes(), bytes);
 }
 
 TEST(MatmulBf16Test, MixedOrWrongDtypesAreRefusedByName) {

@@ -86,6 +86,7 @@ Result<Gpt2> Gpt2::create(const ModelConfig& config, int batch, int seq, MomentA
     gpt2_act16_layout(config, batch, seq, &s->layer_acts16, &s->acts16, &s->act16_halves);
     KILN_ASSIGN_OR_RETURN(s->weight16_arena, make_arena<uint16_t>(s->param_floats, "bf16 weight"));
     KILN_ASSIGN_OR_RETURN(s->act16_arena, make_arena<uint16_t>(s->act16_halves, "bf16 activation"));
+    KILN_RETURN_IF_ERROR(gpt2_init_packed_weights(*s));
   }
   s->grad_views = {
       ops::TensorView::f32(s->grad_arena.get(), {static_cast<int64_t>(s->param_floats)})};
@@ -215,6 +216,7 @@ Status Gpt2::adamw_step(const AdamWConfig& c, float lr, int64_t step, float grad
     KILN_RETURN_IF_ERROR(ops::adamw_update(p, ctx));
   }
   s_->weight16_stale = !s_->bf16();
+  s_->packed_stale = true;
   return Status();
 }
 

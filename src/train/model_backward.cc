@@ -54,6 +54,7 @@ Status linear_backward(Gpt2::State& s, const TensorView& dy, float* x, size_t x1
   p.dy = dy;
   p.x = gpt2_saved_matmul_input(s, x, N, in, x16);
   p.w = gpt2_matmul_weight(s, w, out, in);
+  p.w_packed = gpt2_packed_weight(s, w);
   p.dx = mat(dx, N, in);
   p.dw = mat(dw, out, in);
   p.dbias = vec(dbias, out);
@@ -183,6 +184,7 @@ Status Gpt2::backward(float loss_scale, const ops::Context& ctx,
   head.dy = dlogits;
   head.x = gpt2_saved_matmul_input(s, s.act(s.acts.lnf), N, C, s.acts16.lnf);
   head.w = gpt2_matmul_weight(s, s.param(kWteParam), Vp, C);
+  head.w_packed = gpt2_packed_weight(s, s.param(kWteParam));
   head.dx = mat(dln, N, C);
   head.dw = mat(s.grad(kWteParam), Vp, C);
   KILN_RETURN_IF_ERROR(ops::matmul_backward(head, ctx).with_context("gpt2 backward head"));

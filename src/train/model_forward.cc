@@ -13,11 +13,11 @@
 // wte are zero, so are the pad logits), losses = cross_entropy(logits[:, :V], targets).
 // proj_out is shared by both projections of every block: the backward never reads it.
 //
-// In bf16 (model.h, Precision) each matmul reads the bf16 weights (refreshed first when stale)
-// and a bf16 copy of its input in the bf16 activation arena, where the backward reads it again
-// for the weight gradient: LayerNorm and GELU write theirs there directly (their f32 buffers
-// stay unused), the attention output and qkv are rounded into it after their f32 op. The
-// outputs of the matmuls stay f32.
+// In bf16 (model.h, Precision) each matmul reads the bf16 weights (refreshed first when stale,
+// and packed for the matrix units: ops::PackedWeight) and a bf16 copy of its input in the bf16
+// activation arena, where the backward reads it again for the weight gradient: LayerNorm and GELU
+// write theirs there directly (their f32 buffers stay unused), the attention output and qkv are
+// rounded into it after their f32 op. The outputs of the matmuls stay f32.
 #include <cstring>
 #include <string>
 
@@ -66,6 +66,7 @@ Status block_forward(Gpt2::State& s, int l, int64_t B, int64_t T, const ops::Con
   ops::MatmulParams qkv;
   qkv.x = ln1.y;
   qkv.w = gpt2_matmul_weight(s, s.block_param(l, kQkvWeight), 3 * C, C);
+  qkv.w_packed = gpt2_packed_weight(s, s.block_param(l, kQkvWeight));
   qkv.bias = vec(s.block_param(l, kQkvBias), 3 * C);
   qkv.y = mat(s.act(a.qkv), N, 3 * C);
   KILN_RETURN_IF_ERROR(ops::matmul_forward(qkv, ctx));
@@ -86,6 +87,7 @@ Status block_forward(Gpt2::State& s, int l, int64_t B, int64_t T, const ops::Con
   ops::MatmulParams proj;
   KILN_ASSIGN_OR_RETURN(proj.x, gpt2_matmul_input(s, s.act(a.atty), N, C, a16.atty, ctx));
   proj.w = gpt2_matmul_weight(s, s.block_param(l, kProjWeight), C, C);
+  proj.w_packed = gpt2_packed_weight(s, s.block_param(l, kProjWeight));
   proj.bias = vec(s.block_param(l, kProjBias), C);
   proj.y = mat(proj_out, N, C);
   KILN_RETURN_IF_ERROR(ops::matmul_forward(proj, ctx));
@@ -108,6 +110,7 @@ Status block_forward(Gpt2::State& s, int l, int64_t B, int64_t T, const ops::Con
   ops::MatmulParams fc;
   fc.x = ln2.y;
   fc.w = gpt2_matmul_weight(s, s.block_param(l, kFcWeight), 4 * C, C);
+  fc.w_packed = gpt2_packed_weight(s, s.block_param(l, kFcWeight));
   fc.bias = vec(s.block_param(l, kFcBias), 4 * C);
   fc.y = mat(s.act(a.fch), N, 4 * C);
   KILN_RETURN_IF_ERROR(ops::matmul_forward(fc, ctx));
@@ -120,6 +123,7 @@ Status block_forward(Gpt2::State& s, int l, int64_t B, int64_t T, const ops::Con
   ops::MatmulParams mlp_proj;
   mlp_proj.x = gelu.y;
   mlp_proj.w = gpt2_matmul_weight(s, s.block_param(l, kMlpProjWeight), C, 4 * C);
+  mlp_proj.w_packed = gpt2_packed_weight(s, s.block_param(l, kMlpProjWeight));
   mlp_proj.bias = vec(s.block_param(l, kMlpProjBias), C);
   mlp_proj.y = mat(proj_out, N, C);
   KILN_RETURN_IF_ERROR(ops::matmul_forward(mlp_proj, ctx));
@@ -162,6 +166,7 @@ Status forward_to_logits(Gpt2::State& s, int64_t B, int64_t T, const ops::Contex
   ops::MatmulParams head;
   head.x = lnf.y;
   head.w = gpt2_matmul_weight(s, s.param(kWteParam), Vp, C);  // the pad rows included: zero logits
+  head.w_packed = gpt2_packed_weight(s, s.param(kWteParam));
   head.y = mat(s.act(s.acts.logits), N, Vp);
   return ops::matmul_forward(head, ctx).with_context("gpt2 forward head");
 }

@@ -12,16 +12,51 @@ using ops::TensorView;
 Status gpt2_refresh_weight16(Gpt2::State& s, const ops::Context& ctx) {
   // After adamw_step the copy is current (AdamW wrote it); after anything else that may have
   // changed the parameters (init, a load, a resume, ShardedAdamW) it is rounded here.
-  if (!s.bf16() || !s.weight16_stale) return Status();
-  // The whole arena in one pass: the Linear weights and wte are nearly all of it (the rest,
-  // wpe, norms and biases, is under 1% for GPT-2 small and costs less than skipping it would).
-  const auto n = static_cast<int64_t>(s.param_floats);
-  KILN_RETURN_IF_ERROR(
-      ops::convert_f32_to_bf16(TensorView::f32(s.param_arena.get(), {n}),
-                               TensorView::of(s.weight16_arena.get(), ops::DType::kBF16, {n}), ctx)
-          .with_context("gpt2 bf16 weights"));
-  s.weight16_stale = false;
+  if (!s.bf16()) return Status();
+  if (s.weight16_stale) {
+    // The whole arena in one pass: the Linear weights and wte are nearly all of it (the rest,
+    // wpe, norms and biases, is under 1% for GPT-2 small and costs less than skipping it would).
+    const auto n = static_cast<int64_t>(s.param_floats);
+    KILN_RETURN_IF_ERROR(ops::convert_f32_to_bf16(
+                             TensorView::f32(s.param_arena.get(), {n}),
+                             TensorView::of(s.weight16_arena.get(), ops::DType::kBF16, {n}), ctx)
+                             .with_context("gpt2 bf16 weights"));
+    s.weight16_stale = false;
+    s.packed_stale = true;
+  }
+  if (s.packed_stale) {
+    KILN_RETURN_IF_ERROR(ops::pack_bf16_weights(s.packed_views, s.packed, ctx)
+                             .with_context("gpt2 packed bf16 weights"));
+    s.packed_stale = false;
+  }
   return Status();
+}
+
+Status gpt2_init_packed_weights(Gpt2::State& s) {
+  const int64_t C = s.config.n_embd;
+  const auto add = [&](float* w, int64_t rows, int64_t cols) {
+    s.packed_sources.push_back(w);
+    s.packed_views.push_back(gpt2_matmul_weight(s, w, rows, cols));
+  };
+  for (int l = 0; l < s.config.n_layer; ++l) {
+    add(s.block_param(l, kQkvWeight), 3 * C, C);
+    add(s.block_param(l, kProjWeight), C, C);
+    add(s.block_param(l, kFcWeight), 4 * C, C);
+    add(s.block_param(l, kMlpProjWeight), C, 4 * C);
+  }
+  add(s.param(kWteParam), s.config.padded_vocab(), C);  // the head's, pad rows included
+  s.packed.resize(s.packed_views.size());
+  s.packed_stale = true;
+  // Single-threaded (create() has no pool): one pass over the bf16 weights.
+  return ops::pack_bf16_weights(s.packed_views, s.packed, ops::Context())
+      .with_context("gpt2 packed bf16 weights");
+}
+
+const ops::PackedWeight* gpt2_packed_weight(const Gpt2::State& s, const float* w) {
+  for (size_t i = 0; i < s.packed_sources.size(); ++i) {
+    if (s.packed_sources[i] == w) return &s.packed[i];
+  }
+  return nullptr;
 }
 
 TensorView gpt2_matmul_weight(Gpt2::State& s, float* w, int64_t rows, int64_t cols) {

@@ -18,6 +18,7 @@
 #include <memory>
 #include <vector>
 
+#include <kiln/ops/matmul.h>
 #include <kiln/ops/tensor.h>
 #include <kiln/train/model.h>
 
@@ -143,6 +144,14 @@ struct Gpt2::State {
   // The bf16 weights lag the parameters: set by whatever may change the parameters, cleared by
   // the conversion at the start of the next forward.
   bool weight16_stale = true;
+  // bf16 only: the matmuls' weights (each block's four Linear weights, then the head's wte)
+  // packed for the matrix units from their bf16 copies (ops::PackedWeight), parallel vectors.
+  // They lag the bf16 copies: set when those change (the conversion above, AdamW's writes),
+  // cleared by the packing at the start of the next forward.
+  std::vector<const float*> packed_sources;   // each weight in the parameter arena
+  std::vector<ops::TensorView> packed_views;  // its bf16 copy
+  std::vector<ops::PackedWeight> packed;
+  bool packed_stale = true;
   std::vector<int32_t> tokens;   // (N) of the last forward, for the embedding's backward
   std::vector<int32_t> targets;  // (N) of the last forward with targets
   ForwardPhase phase = ForwardPhase::kNone;
@@ -181,10 +190,16 @@ std::vector<AdamSegment> gpt2_adam_segments(const std::vector<ParamInfo>& params
                                             size_t arena_floats);
 
 // Mixed precision (model_precision.cc). Each is the f32 path's view when the model is fp32.
-//   The bf16 weights made current: the whole parameter arena rounded, when stale.
+//   The bf16 weights made current: the whole parameter arena rounded, when stale, and the
+//   matmuls' weights packed from them.
 Status gpt2_refresh_weight16(Gpt2::State& s, const ops::Context& ctx);
 //   A matmul's weight, (rows, cols) at `w` in the parameter arena: its bf16 copy in a bf16 model.
 ops::TensorView gpt2_matmul_weight(Gpt2::State& s, float* w, int64_t rows, int64_t cols);
+//   Its packed copy in a bf16 model (current after gpt2_refresh_weight16), else null.
+const ops::PackedWeight* gpt2_packed_weight(const Gpt2::State& s, const float* w);
+//   Lists the weights a bf16 model packs (packed_sources, packed_views) and packs them once,
+//   which also has their memory: a failure is create()'s.
+Status gpt2_init_packed_weights(Gpt2::State& s);
 //   A matmul's input (rows, cols) at `x`: in a bf16 model rounded now into the bf16 activation
 //   arena at `offset16` (where the backward finds it again) and viewed there.
 Result<ops::TensorView> gpt2_matmul_input(Gpt2::State& s, float* x, int64_t rows, int64_t cols,

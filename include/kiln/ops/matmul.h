@@ -21,6 +21,9 @@
 #ifndef KILN_OPS_MATMUL_H_
 #define KILN_OPS_MATMUL_H_
 
+#include <cstddef>
+#include <memory>
+#include <span>
 #include <string>
 
 #include <kiln/base/status.h>
@@ -29,11 +32,46 @@
 
 namespace kiln::ops {
 
+// A bf16 weight w (N, K) laid out for the matrix units: for each oneDNN call the forward
+// (x @ w^T) and the input gradient (dy @ w) make, that call's op(w) in the blocked layout its
+// kernel reads. Without it oneDNN repacks w inside every call, a pass over w for every block of
+// 128 rows of x; with it, once per pack_bf16_weights. It is a copy: the caller packs again after
+// w changes (a matmul cannot tell a stale copy; it checks the copy was made from this w's
+// memory and shape). The results may differ from the unpacked matmul's in the order of the sums
+// (oneDNN may block the reduction differently), never with the thread count.
+class PackedWeight {
+ public:
+  PackedWeight();
+  ~PackedWeight();
+  PackedWeight(PackedWeight&&) noexcept;
+  PackedWeight& operator=(PackedWeight&&) noexcept;
+
+  bool empty() const;
+  size_t bytes() const;  // what it holds
+
+  struct Impl;  // matmul.cc: the pieces and the w they were packed from
+  const Impl* impl() const { return impl_.get(); }
+
+ private:
+  friend Status pack_bf16_weights(std::span<const TensorView> w, std::span<PackedWeight> out,
+                                  const Context& ctx);
+  std::unique_ptr<Impl> impl_;
+};
+
+// Packs each bf16 w[i] (N, K, unit inner stride) into out[i] (the same count), the pieces of
+// all of them split over ctx's pool; out[i] keeps its memory when it already holds as much (so a
+// training loop allocates only on its first step). kNotSupported without a bf16 matmul on this
+// CPU.
+Status pack_bf16_weights(std::span<const TensorView> w, std::span<PackedWeight> out,
+                         const Context& ctx);
+
 struct MatmulParams {
   TensorView x;     // (M, K)
   TensorView w;     // (N, K)
   TensorView bias;  // (N) or absent
   TensorView y;     // (M, N)
+  // pack_bf16_weights of w, or null: read in place of w by the bf16 calls.
+  const PackedWeight* w_packed = nullptr;
 };
 Status matmul_forward(const MatmulParams& p, const Context& ctx);
 
@@ -45,6 +83,8 @@ struct MatmulBackwardParams {
   TensorView dw;     // (N, K) or absent; accumulated
   TensorView dbias;  // (N) or absent; accumulated
   bool accumulate_dx = false;
+  // pack_bf16_weights of w, or null: read in place of w by dx's bf16 calls.
+  const PackedWeight* w_packed = nullptr;
 };
 Status matmul_backward(const MatmulBackwardParams& p, const Context& ctx);
 
