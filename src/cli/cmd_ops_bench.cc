@@ -1,8 +1,9 @@
 // `kiln ops-bench --op OP --shape K=V,... [--causal] [--pass fwd|fwdbwd] [--threads T]
-//                 [--iters N] [--warmup N] [--isa ISA] [--json]`
+//                 [--iters N] [--warmup N] [--isa ISA] [--dtype f32|bf16] [--packed] [--json]`
 // times one kiln_ops op on one shape (see src/ops/bench/ops_bench.h) and prints the median time
 // of one iteration with the work it does; with --json one object:
-//   {"op","shape","causal","pass","threads","isa","iters","ms","flops","gflops","bytes","gbps"}
+//   {"op","shape","causal","pass","threads","isa","dtype","packed","kernel" (bf16),"iters","ms",
+//    "flops","gflops","bytes","gbps"}
 // bench/ops/run runs it beside PyTorch on the same shapes.
 #include <kiln/base/cpu.h>
 #include <kiln/base/thread_pool.h>
@@ -34,6 +35,7 @@ struct OpsBenchOptions {
   int warmup = 3;
   std::string isa;  // empty: KILN_OPS_ISA or the best this CPU runs
   std::string dtype = "f32";
+  bool packed = false;
   bool json = false;
 };
 
@@ -48,6 +50,7 @@ int run_ops_bench_command(const OpsBenchOptions& o) {
   spec.iters = o.iters;
   spec.warmup = o.warmup;
   spec.dtype = o.dtype == "bf16" ? ops::DType::kBF16 : ops::DType::kF32;
+  spec.packed = o.packed;
 
   Result<std::unique_ptr<ThreadPool>> pool = ThreadPool::create(o.threads);
   if (!pool.ok()) return report_error("ops-bench", pool.status().with_context("--threads"));
@@ -71,6 +74,7 @@ int run_ops_bench_command(const OpsBenchOptions& o) {
     out["threads"] = o.threads;
     out["isa"] = cpu_isa_name(ctx->isa);
     out["dtype"] = o.dtype;
+    out["packed"] = o.packed;
     // bf16 runs on oneDNN's kernel whatever the ISA above says (that is Kiln's own kernels').
     if (o.dtype == "bf16") out["kernel"] = ops::bf16_matmul_kernel();
     out["iters"] = o.iters;
@@ -81,9 +85,10 @@ int run_ops_bench_command(const OpsBenchOptions& o) {
     out["gbps"] = gbps;
     std::cout << out.dump() << "\n";
   } else {
-    std::printf("%s %s%s %s %s threads=%d isa=%s: %.3f ms (median of %d)", o.op.c_str(),
+    std::printf("%s %s%s %s %s%s threads=%d isa=%s: %.3f ms (median of %d)", o.op.c_str(),
                 o.shape.c_str(), o.causal ? " causal" : "", o.pass.c_str(), o.dtype.c_str(),
-                o.threads, std::string(cpu_isa_name(ctx->isa)).c_str(), result->ms, o.iters);
+                o.packed ? " packed" : "", o.threads, std::string(cpu_isa_name(ctx->isa)).c_str(),
+                result->ms, o.iters);
     if (result->flops > 0) std::printf(", %.1f GFLOP/s", gflops);
     if (result->bytes > 0) std::printf(", %.1f GB/s", gbps);
     std::printf("\n");
@@ -121,6 +126,9 @@ Command add_ops_bench_command(CLI::App& parent) {
       ->check(CLI::Range(0, 1'000'000))
       ->capture_default_str();
   app->add_option("--isa", o->isa, "scalar, avx2 or avx512 (default: KILN_OPS_ISA or the best)");
+  app->add_flag("--packed", o->packed,
+                "bf16 matmul: w packed for the matrix units in each iteration, as a training "
+                "step packs its weights");
   app->add_flag("--json", o->json, "print one JSON object");
   return {app, [o](const GlobalOptions&) { return run_ops_bench_command(*o); }};
 }

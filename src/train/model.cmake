@@ -12,6 +12,7 @@ list(APPEND KILN_TRAIN_SOURCES
 list(APPEND KILN_TRAIN_TESTS
   ${CMAKE_CURRENT_SOURCE_DIR}/model_test.cc
   ${CMAKE_CURRENT_SOURCE_DIR}/model_grad_test.cc
+  ${CMAKE_CURRENT_SOURCE_DIR}/model_precision_test.cc
   ${CMAKE_CURRENT_SOURCE_DIR}/model_io_test.cc)
 
 # The allocation test counts every heap allocation around a training step, so it replaces the

@@ -24,7 +24,7 @@ Status gpt2_refresh_weight16(Gpt2::State& s, const ops::Context& ctx) {
     s.weight16_stale = false;
     s.packed_stale = true;
   }
-  if (s.packed_stale) {
+  if (s.packed_stale && !s.packed.empty()) {
     KILN_RETURN_IF_ERROR(ops::pack_bf16_weights(s.packed_views, s.packed, ctx)
                              .with_context("gpt2 packed bf16 weights"));
     s.packed_stale = false;
@@ -33,6 +33,7 @@ Status gpt2_refresh_weight16(Gpt2::State& s, const ops::Context& ctx) {
 }
 
 Status gpt2_init_packed_weights(Gpt2::State& s) {
+  if (static_cast<int64_t>(s.batch) * s.seq < kPackedWeightsMinTokens) return Status();
   const int64_t C = s.config.n_embd;
   const auto add = [&](float* w, int64_t rows, int64_t cols) {
     s.packed_sources.push_back(w);

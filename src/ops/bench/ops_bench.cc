@@ -94,7 +94,19 @@ Status build_matmul(const OpsBenchSpec& s, const Context& ctx, Case& c) {
   b.dw = TensorView::f32(c.add(n * k, 7), {n, k});
   b.dbias = TensorView::f32(c.add(n, 8), {n});
   const bool backward = s.backward;
-  c.iteration = [p, b, backward, &ctx]() -> Status {
+  if (!s.packed) {
+    c.iteration = [p, b, backward, &ctx]() -> Status {
+      KILN_RETURN_IF_ERROR(matmul_forward(p, ctx));
+      return backward ? matmul_backward(b, ctx) : Status();
+    };
+    return Status();
+  }
+  // The packed copy outlives the iterations (shared_ptr: the iteration is copied around).
+  auto w_packed = std::make_shared<PackedWeight>();
+  c.iteration = [p, b, backward, w_packed, &ctx]() mutable -> Status {
+    KILN_RETURN_IF_ERROR(pack_bf16_weights({&p.w, 1}, {w_packed.get(), 1}, ctx));
+    p.w_packed = w_packed.get();
+    b.w_packed = w_packed.get();
     KILN_RETURN_IF_ERROR(matmul_forward(p, ctx));
     return backward ? matmul_backward(b, ctx) : Status();
   };
@@ -312,6 +324,9 @@ Result<OpsBenchResult> run_ops_bench(const OpsBenchSpec& spec, const Context& ct
   }
   if (spec.dtype != DType::kF32 && spec.op != "matmul" && spec.op != "attention") {
     return Status::invalid_argument("ops-bench: " + spec.op + " takes f32 inputs only");
+  }
+  if (spec.packed && (spec.op != "matmul" || spec.dtype != DType::kBF16)) {
+    return Status::invalid_argument("ops-bench: packed weights are for bf16 matmul only");
   }
   KILN_ASSIGN_OR_RETURN(auto counts, ops_bench_counts(spec));
   Case c;

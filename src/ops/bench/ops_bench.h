@@ -32,6 +32,9 @@ struct OpsBenchSpec {
   // The inputs' dtype: kF32, or kBF16 for matmul (x, w and dy in bf16; outputs f32) and for
   // attention (q, k, v, dout in bf16; o, lse and the gradients f32).
   DType dtype = DType::kF32;
+  // bf16 matmul only: w packed for the matrix units (pack_bf16_weights) inside each timed
+  // iteration, before its forward, as a training step packs once per step.
+  bool packed = false;
 };
 
 struct OpsBenchResult {

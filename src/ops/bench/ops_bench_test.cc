@@ -1,5 +1,7 @@
 // ops-bench's parsing and counting (what bench/ops/run compares with PyTorch's figures), and a
 // tiny run of every op. No timing is asserted.
+#include <kiln/ops/matmul.h>
+
 #include "ops/bench/ops_bench.h"
 
 #include <gtest/gtest.h>
@@ -85,6 +87,30 @@ TEST(OpsBenchTest, RunsEveryOpOnATinyShape) {
       EXPECT_GT(result->flops + result->bytes, 0) << op;
     }
   }
+}
+
+TEST(OpsBenchTest, RunsAPackedBf16MatmulAndRefusesPackingAnythingElse) {
+  const Context ctx;
+  OpsBenchSpec spec;
+  spec.op = "matmul";
+  spec.shape = *parse_ops_bench_shape("matmul", "M=130,N=40,K=24");
+  spec.backward = true;
+  spec.iters = 2;
+  spec.warmup = 1;
+  spec.packed = true;
+  auto result = run_ops_bench(spec, ctx);  // f32 inputs
+  ASSERT_FALSE(result.ok());
+  EXPECT_NE(result.status().to_string().find("packed weights are for bf16 matmul only"),
+            std::string::npos)
+      << result.status().to_string();
+  if (!bf16_matmul_available().ok()) return;  // the refusal above is what such a CPU can test
+  spec.dtype = DType::kBF16;
+  result = run_ops_bench(spec, ctx);
+  ASSERT_TRUE(result.ok()) << result.status().to_string();
+  EXPECT_EQ(result->samples_ms.size(), 2u);
+  spec.op = "attention";
+  spec.shape = *parse_ops_bench_shape("attention", "B=1,H=2,T=9,D=8");
+  EXPECT_FALSE(run_ops_bench(spec, ctx).ok());
 }
 
 TEST(OpsBenchTest, RejectsZeroIterations) {

@@ -1,0 +1,88 @@
+// A bf16 model's packed weights (model_precision.cc, kPackedWeightsMinTokens): a step of that
+// many tokens reads its matmul weights packed for the matrix units, and packs them again after
+// every update, so that what it computes follows the weights it holds.
+#include <kiln/ops/matmul.h>
+#include <kiln/train/model.h>
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <cstring>
+#include <vector>
+
+#include "train/model_state.h"
+#include "train/model_test_util.h"
+
+namespace kiln::train {
+namespace {
+
+using testing::make_model;
+using testing::random_tokens;
+using testing::TestContext;
+
+// Two small blocks over 8 x 256 tokens: past the packing threshold, with a vocabulary wider
+// than matmul.cc's 3,072-column span (the head's packed pieces are then several, the last
+// narrower).
+ModelConfig packed_config() {
+  ModelConfig c;
+  c.n_layer = 2;
+  c.n_head = 2;
+  c.n_embd = 64;
+  c.block_size = 256;
+  c.vocab_size = 3500;
+  return c;
+}
+constexpr int kBatch = 8, kSeq = 256;
+static_assert(int64_t{kBatch} * kSeq >= kPackedWeightsMinTokens, "the test must pack");
+
+Gpt2 make(Precision precision) {
+  Result<Gpt2> model = Gpt2::create(packed_config(), kBatch, kSeq, MomentArenas(), precision);
+  KILN_CHECK(model.ok()) << model.status().to_string();
+  return std::move(model).value();
+}
+
+uint32_t bits(float f) {
+  uint32_t u;
+  std::memcpy(&u, &f, sizeof(u));
+  return u;
+}
+
+TEST(ModelPrecisionTest, APackedBf16ModelComputesWithTheWeightsItHoldsAfterEachUpdate) {
+  if (!ops::bf16_matmul_available().ok()) {
+    GTEST_SKIP() << "no bf16 matmul on this CPU: " << ops::bf16_matmul_available().to_string();
+  }
+  TestContext env(2);
+  const size_t n = static_cast<size_t>(kBatch) * kSeq;
+  const auto tokens = random_tokens(n, packed_config().vocab_size, 7);
+  const auto targets = random_tokens(n, packed_config().vocab_size, 8);
+  Gpt2 trained = make(Precision::kBf16);
+  trained.init_weights(5);
+  for (int64_t step = 1; step <= 2; ++step) {
+    trained.zero_grad(env.ctx());
+    ASSERT_TRUE(trained.forward(tokens, targets, env.ctx()).ok());
+    ASSERT_TRUE(trained.backward(1.0f, env.ctx()).ok());
+    ASSERT_TRUE(trained.adamw_step(AdamWConfig{}, 1e-2f, step, 1.0f, env.ctx()).ok());
+  }
+  const Result<float> after = trained.forward(tokens, targets, env.ctx());
+  ASSERT_TRUE(after.ok()) << after.status().to_string();
+
+  // The same parameters in fresh models: packed from scratch (bf16), and not rounded (fp32).
+  Gpt2 fresh = make(Precision::kBf16);
+  Gpt2 fp32 = make(Precision::kFp32);
+  for (Gpt2* copy : {&fresh, &fp32}) {
+    const std::span<const float> from = std::as_const(trained).param_data();
+    std::copy(from.begin(), from.end(), copy->param_data().begin());
+  }
+  const Result<float> fresh_loss = fresh.forward(tokens, targets, env.ctx());
+  const Result<float> fp32_loss = fp32.forward(tokens, targets, env.ctx());
+  ASSERT_TRUE(fresh_loss.ok() && fp32_loss.ok());
+  // Stale packed weights (the update's not packed again) would give the loss of older weights.
+  EXPECT_EQ(bits(*after), bits(*fresh_loss)) << *after << " vs " << *fresh_loss;
+  // Wrong pieces would be far off; bf16 rounding moves a loss near 8 by about 1e-3.
+  EXPECT_NEAR(*after, *fp32_loss, 0.01 * *fp32_loss);
+  EXPECT_NE(bits(*after), bits(*fp32_loss)) << "the bf16 model ran in fp32";
+}
+
+}  // namespace
+}  // namespace kiln::train
