@@ -3,6 +3,7 @@
 //
 //   kiln_model_step_bench [--model tiny|gpt2-124m] [--batch 8] [--seq 256] [--steps 5]
 //                         [--threads 1,2] [--no-ops] [--precision fp32|bf16]
+//                         [--packing auto|always|never]
 //
 // The model is configs/tiny.yaml's (6 layers, 6 heads, C = 384, block 256, V = 50257 padded to
 // 50304) or gpt2-124m's (12 layers, 12 heads, C = 768). Each thread count gets its own pool, ops
@@ -54,6 +55,7 @@ struct Options {
   bool ops = true;
   std::string model = "tiny";  // tiny or gpt2-124m (configs/<model>.yaml's shape)
   kiln::train::Precision precision = kiln::train::Precision::kFp32;
+  kiln::train::WeightPacking packing = kiln::train::WeightPacking::kAuto;  // bf16 only
 };
 
 // Timed calls per op: the median of this many, after one warm-up call.
@@ -84,6 +86,17 @@ bool parse(int argc, char** argv, Options* o) {
       kiln::Result<kiln::train::Precision> p = kiln::train::parse_precision(argv[++i]);
       if (!p.ok()) return false;
       o->precision = *p;
+    } else if (a == "--packing" && has_value) {
+      const std::string v = argv[++i];
+      if (v == "auto") {
+        o->packing = kiln::train::WeightPacking::kAuto;
+      } else if (v == "always") {
+        o->packing = kiln::train::WeightPacking::kAlways;
+      } else if (v == "never") {
+        o->packing = kiln::train::WeightPacking::kNever;
+      } else {
+        return false;
+      }
     } else if (a == "--model" && has_value) {
       o->model = argv[++i];
       if (o->model != "tiny" && o->model != "gpt2-124m") return false;
@@ -342,7 +355,8 @@ int main(int argc, char** argv) {
     std::fprintf(stderr,
                  "usage: kiln_model_step_bench [--model tiny|gpt2-124m] [--batch B] [--seq T<=256] "
                  "[--steps N] "
-                 "[--threads 1,2] [--no-ops] [--precision fp32|bf16]\n");
+                 "[--threads 1,2] [--no-ops] [--precision fp32|bf16] "
+                 "[--packing auto|always|never]\n");
     return 2;
   }
   const ModelConfig config = o.model == "gpt2-124m" ? gpt2_124m() : tiny();
@@ -356,8 +370,8 @@ int main(int argc, char** argv) {
     kiln::Result<Context> ctx = kiln::ops::make_cpu_context(&pool);
     check(ctx.status(), "context");
     ctx->workspace = &workspace;
-    kiln::Result<Gpt2> created =
-        Gpt2::create(config, o.batch, o.seq, kiln::train::MomentArenas::whole(), o.precision);
+    kiln::Result<Gpt2> created = Gpt2::create(
+        config, o.batch, o.seq, kiln::train::MomentArenas::whole(), o.precision, o.packing);
     check(created.status(), "create");
     Gpt2& model = *created;
     model.init_weights(1337);

@@ -55,7 +55,7 @@ Result<std::unique_ptr<T[], FreeDeleter>> make_arena(size_t count, const char* w
 }  // namespace
 
 Result<Gpt2> Gpt2::create(const ModelConfig& config, int batch, int seq, MomentArenas moments,
-                          Precision precision) {
+                          Precision precision, WeightPacking packing) {
   KILN_RETURN_IF_ERROR(config.validate());
   if (batch < 1 || seq < 1 || seq > config.block_size) {
     return Status::invalid_argument("gpt2: batch " + std::to_string(batch) + " and seq " +
@@ -86,7 +86,7 @@ Result<Gpt2> Gpt2::create(const ModelConfig& config, int batch, int seq, MomentA
     gpt2_act16_layout(config, batch, seq, &s->layer_acts16, &s->acts16, &s->act16_halves);
     KILN_ASSIGN_OR_RETURN(s->weight16_arena, make_arena<uint16_t>(s->param_floats, "bf16 weight"));
     KILN_ASSIGN_OR_RETURN(s->act16_arena, make_arena<uint16_t>(s->act16_halves, "bf16 activation"));
-    KILN_RETURN_IF_ERROR(gpt2_init_packed_weights(*s));
+    KILN_RETURN_IF_ERROR(gpt2_init_packed_weights(*s, packing));
   }
   s->grad_views = {
       ops::TensorView::f32(s->grad_arena.get(), {static_cast<int64_t>(s->param_floats)})};

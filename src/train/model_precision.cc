@@ -32,8 +32,11 @@ Status gpt2_refresh_weight16(Gpt2::State& s, const ops::Context& ctx) {
   return Status();
 }
 
-Status gpt2_init_packed_weights(Gpt2::State& s) {
-  if (static_cast<int64_t>(s.batch) * s.seq < kPackedWeightsMinTokens) return Status();
+Status gpt2_init_packed_weights(Gpt2::State& s, WeightPacking packing) {
+  const bool pack =
+      packing == WeightPacking::kAlways ||
+      (packing == WeightPacking::kAuto && int64_t{s.batch} * s.seq >= kPackedWeightsMinTokens);
+  if (!pack) return Status();
   const int64_t C = s.config.n_embd;
   const auto add = [&](float* w, int64_t rows, int64_t cols) {
     s.packed_sources.push_back(w);

@@ -34,10 +34,11 @@ ModelConfig packed_config() {
   return c;
 }
 constexpr int kBatch = 8, kSeq = 256;
-static_assert(int64_t{kBatch} * kSeq >= kPackedWeightsMinTokens, "the test must pack");
+static_assert(int64_t{kBatch} * kSeq >= kPackedWeightsMinTokens, "kAuto must pack here");
 
-Gpt2 make(Precision precision) {
-  Result<Gpt2> model = Gpt2::create(packed_config(), kBatch, kSeq, MomentArenas(), precision);
+Gpt2 make(Precision precision, int batch, int seq, WeightPacking packing) {
+  Result<Gpt2> model =
+      Gpt2::create(packed_config(), batch, seq, MomentArenas(), precision, packing);
   KILN_CHECK(model.ok()) << model.status().to_string();
   return std::move(model).value();
 }
@@ -48,15 +49,14 @@ uint32_t bits(float f) {
   return u;
 }
 
-TEST(ModelPrecisionTest, APackedBf16ModelComputesWithTheWeightsItHoldsAfterEachUpdate) {
-  if (!ops::bf16_matmul_available().ok()) {
-    GTEST_SKIP() << "no bf16 matmul on this CPU: " << ops::bf16_matmul_available().to_string();
-  }
+// Two updates of a packed bf16 model, then a forward: the loss of a fresh model of the same
+// parameters, bit for bit, and near fp32's.
+void expect_packed_model_follows_its_weights(int batch, int seq, WeightPacking packing) {
   TestContext env(2);
-  const size_t n = static_cast<size_t>(kBatch) * kSeq;
+  const size_t n = static_cast<size_t>(batch) * seq;
   const auto tokens = random_tokens(n, packed_config().vocab_size, 7);
   const auto targets = random_tokens(n, packed_config().vocab_size, 8);
-  Gpt2 trained = make(Precision::kBf16);
+  Gpt2 trained = make(Precision::kBf16, batch, seq, packing);
   trained.init_weights(5);
   for (int64_t step = 1; step <= 2; ++step) {
     trained.zero_grad(env.ctx());
@@ -68,8 +68,8 @@ TEST(ModelPrecisionTest, APackedBf16ModelComputesWithTheWeightsItHoldsAfterEachU
   ASSERT_TRUE(after.ok()) << after.status().to_string();
 
   // The same parameters in fresh models: packed from scratch (bf16), and not rounded (fp32).
-  Gpt2 fresh = make(Precision::kBf16);
-  Gpt2 fp32 = make(Precision::kFp32);
+  Gpt2 fresh = make(Precision::kBf16, batch, seq, packing);
+  Gpt2 fp32 = make(Precision::kFp32, batch, seq, packing);
   for (Gpt2* copy : {&fresh, &fp32}) {
     const std::span<const float> from = std::as_const(trained).param_data();
     std::copy(from.begin(), from.end(), copy->param_data().begin());
@@ -82,6 +82,15 @@ TEST(ModelPrecisionTest, APackedBf16ModelComputesWithTheWeightsItHoldsAfterEachU
   // Wrong pieces would be far off; bf16 rounding moves a loss near 8 by about 1e-3.
   EXPECT_NEAR(*after, *fp32_loss, 0.01 * *fp32_loss);
   EXPECT_NE(bits(*after), bits(*fp32_loss)) << "the bf16 model ran in fp32";
+}
+
+TEST(ModelPrecisionTest, APackedBf16ModelComputesWithTheWeightsItHoldsAfterEachUpdate) {
+  if (!ops::bf16_matmul_available().ok()) {
+    GTEST_SKIP() << "no bf16 matmul on this CPU: " << ops::bf16_matmul_available().to_string();
+  }
+  // Packed by kAuto's threshold, and by kAlways below it.
+  expect_packed_model_follows_its_weights(kBatch, kSeq, WeightPacking::kAuto);
+  expect_packed_model_follows_its_weights(2, 64, WeightPacking::kAlways);
 }
 
 }  // namespace

@@ -109,6 +109,14 @@ struct MomentArenas {
 enum class Precision : uint8_t { kFp32, kBf16 };
 
 std::string_view precision_name(Precision precision);  // "fp32", "bf16"
+
+// Whether a bf16 model packs its matmul weights for the matrix units once per update
+// (ops::PackedWeight), so that each matmul call reads them as they are instead of oneDNN
+// repacking them inside every call. kAuto: for steps of at least 2,048 tokens (B x T), where
+// measured it pays (model_state.h, kPackedWeightsMinTokens); kAlways and kNever for benchmarks
+// and tests. The results may differ between packed and not in the order of sums, never with the
+// thread count. An fp32 model ignores it.
+enum class WeightPacking : uint8_t { kAuto, kAlways, kNever };
 // kInvalidArgument naming the text and the accepted values.
 Result<Precision> parse_precision(std::string_view name);
 
@@ -119,10 +127,12 @@ class Gpt2 {
   // seq > block_size, or a moment share larger than the parameter arena; kUnavailable when the
   // memory cannot be had (the message gives the bytes). With Precision::kBf16 it also allocates
   // the bf16 copies of the weights (2 bytes a parameter) and of the matmul inputs; kNotSupported
-  // when this CPU has no bf16 matrix products (ops::matmul: AVX-512).
+  // when this CPU has no bf16 matrix products (ops::matmul: AVX-512). A bf16 model that packs
+  // its weights (`packing`) also holds them packed (about 4 bytes a weight).
   static Result<Gpt2> create(const ModelConfig& config, int batch, int seq,
                              MomentArenas moments = MomentArenas::whole(),
-                             Precision precision = Precision::kFp32);
+                             Precision precision = Precision::kFp32,
+                             WeightPacking packing = WeightPacking::kAuto);
 
   // The floats of each parameter-shaped arena of `config` (params() with alignment gaps and
   // wte's pad rows): what param_data() will hold. REQUIRES config.validate() to be OK.
