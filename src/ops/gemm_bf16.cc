@@ -2,13 +2,13 @@
 #include "ops/gemm_bf16.h"
 
 #include <omp.h>
-#include <sys/mman.h>
 
 #include <algorithm>
-#include <cstdlib>
+#include <cstdint>
 #include <exception>
 #include <list>
 #include <memory>
+#include <new>
 #include <oneapi/dnnl/dnnl.hpp>
 #include <tuple>
 #include <unordered_map>
@@ -225,59 +225,58 @@ struct PackedB::Layout {
   memory::desc desc;
 };
 
-PackedB::PackedB() : data_(nullptr, std::free) {}
+PackedB::PackedB() = default;
 PackedB::~PackedB() = default;
 PackedB::PackedB(PackedB&&) noexcept = default;
 PackedB& PackedB::operator=(PackedB&&) noexcept = default;
 
 size_t PackedB::bytes() const {
-  return layout_ != nullptr ? bytes_ : 0;
+  return bytes_;
 }
 
-Status reserve_b(bool trans_b, int64_t k, int64_t n, int64_t ldb, PackedB* out) {
+Result<size_t> layout_b(bool trans_b, int64_t k, int64_t n, int64_t ldb, PackedB* out) {
   if (omp_get_max_threads() != 1) omp_set_num_threads(1);
-  memory::desc layout;
+  out->data_ = nullptr;
+  out->bytes_ = 0;
   try {
-    layout = pack_prepared(PackKey{trans_b, k, n, ldb}).packed;
+    if (out->layout_ == nullptr) out->layout_ = std::make_unique<PackedB::Layout>();
+    out->layout_->desc = pack_prepared(PackKey{trans_b, k, n, ldb}).packed;
+  } catch (const std::bad_alloc&) {
+    out->layout_.reset();
+    return Status::unavailable("bf16 weight layout k=" + std::to_string(k) +
+                               " n=" + std::to_string(n) + ": out of memory");
   } catch (const std::exception& e) {
+    // oneDNN refusing a layout for validated shapes is a bug.
     KILN_CHECK(false) << "oneDNN bf16 weight layout k=" << k << " n=" << n << " ldb=" << ldb << ": "
                       << e.what();
   }
-  const size_t bytes = layout.get_size();
-  if (out->data_ == nullptr || out->bytes_ < bytes) {
-    out->data_.reset();
-    out->bytes_ = 0;
-    // Cache-line aligned (what oneDNN's kernels load), and on huge pages past one: advice only,
-    // which a kernel without transparent huge pages declines.
-    constexpr size_t kHugePage = size_t{2} << 20;
-    const size_t align = bytes >= kHugePage ? kHugePage : 64;
-    const size_t rounded = (bytes + align - 1) / align * align;
-    void* data = std::aligned_alloc(align, rounded);
-    if (data == nullptr) {
-      return Status::unavailable("bf16 packed weight: cannot allocate " + std::to_string(rounded) +
-                                 " bytes");
-    }
-    if (align == kHugePage) (void)::madvise(data, rounded, MADV_HUGEPAGE);
-    out->data_.reset(static_cast<char*>(data));
-    out->bytes_ = bytes;
-  }
-  if (out->layout_ == nullptr) out->layout_ = std::make_unique<PackedB::Layout>();
-  out->layout_->desc = layout;
-  return Status();
+  out->bytes_ = out->layout_->desc.get_size();
+  return out->bytes_;
+}
+
+void place_b(char* data, PackedB* out) {
+  KILN_CHECK(out->layout_ != nullptr && reinterpret_cast<uintptr_t>(data) % 64 == 0)
+      << "place_b before layout_b, or unaligned";
+  out->data_ = data;
 }
 
 void pack_b(bool trans_b, int64_t k, int64_t n, const uint16_t* b, int64_t ldb, PackedB* out) {
   if (omp_get_max_threads() != 1) omp_set_num_threads(1);
   try {
     PackPrepared& p = pack_prepared(PackKey{trans_b, k, n, ldb});
-    KILN_CHECK(out->layout_ != nullptr && out->layout_->desc == p.packed &&
+    KILN_CHECK(out->layout_ != nullptr && out->data_ != nullptr && out->layout_->desc == p.packed &&
                out->bytes_ >= p.packed.get_size())
-        << "pack_b before reserve_b of k=" << k << " n=" << n;
+        << "pack_b before layout_b and place_b of k=" << k << " n=" << n;
     thread_local dnnl::stream stream(cpu_engine());
     p.src.set_data_handle(const_cast<uint16_t*>(b));  // read only
-    p.dst.set_data_handle(out->data_.get());
-    p.reorder.execute(stream, p.src, p.dst);
-    stream.wait();
+    p.dst.set_data_handle(out->data_);
+    // The C API with a fixed argument array, as bgemm_single_threaded: the C++ execute builds a
+    // map of its arguments on the heap, every call.
+    dnnl_exec_arg_t args[2] = {{DNNL_ARG_FROM, p.src.get()}, {DNNL_ARG_TO, p.dst.get()}};
+    dnnl_status_t status = dnnl_primitive_execute(p.reorder.get(), stream.get(), 2, args);
+    if (status == dnnl_success) status = dnnl_stream_wait(stream.get());
+    KILN_CHECK(status == dnnl_success) << "oneDNN bf16 weight packing k=" << k << " n=" << n
+                                       << " status " << static_cast<int>(status);
   } catch (const std::exception& e) {
     KILN_CHECK(false) << "oneDNN bf16 weight packing k=" << k << " n=" << n << " ldb=" << ldb
                       << ": " << e.what();
@@ -317,8 +316,8 @@ void bgemm_single_threaded(bool trans_a, bool trans_b, int64_t m, int64_t n, int
     if (packed_b != nullptr && packed_b->layout_ != nullptr) {
       key.packed = true;
       prepared = &thread_cache().get(key);
-      if (prepared->b == packed_b->layout_->desc) {
-        b_data = packed_b->data_.get();
+      if (packed_b->data_ != nullptr && prepared->b == packed_b->layout_->desc) {
+        b_data = packed_b->data_;
         ++thread_packed_use().read_packed;
       } else {
         key.packed = false;

@@ -27,6 +27,7 @@
 #include <string>
 #include <vector>
 
+#include <kiln/base/result.h>
 #include <kiln/base/status.h>
 
 namespace kiln::ops {
@@ -45,7 +46,9 @@ std::vector<std::string> bf16_gemm_kernels_run_here();
 
 // op(B) (k x n) of one call shape in the blocked layout oneDNN's kernel reads for calls of
 // kPackedRows rows of A. Given a plain B, oneDNN copies it into that layout inside every call
-// (a pass over B for each block of rows); a weight packed once a step is read as it is.
+// (a pass over B for each block of rows); a weight packed once a step is read as it is. It
+// points into memory its owner holds (matmul.cc's PackedWeight: one allocation for all of a
+// weight's pieces).
 class PackedB {
  public:
   // The rows of op(A) of the calls whose layout pack_b asks oneDNN for: matmul.cc's block.
@@ -56,29 +59,33 @@ class PackedB {
   PackedB(PackedB&&) noexcept;
   PackedB& operator=(PackedB&&) noexcept;
 
-  // The bytes it holds (0 before its first pack_b).
+  // The bytes its layout takes (0 before layout_b).
   size_t bytes() const;
 
  private:
-  friend Status reserve_b(bool, int64_t, int64_t, int64_t, PackedB*);
+  friend Result<size_t> layout_b(bool, int64_t, int64_t, int64_t, PackedB*);
+  friend void place_b(char*, PackedB*);
   friend void pack_b(bool, int64_t, int64_t, const uint16_t*, int64_t, PackedB*);
   friend void bgemm_single_threaded(bool, bool, int64_t, int64_t, int64_t, const uint16_t*, int64_t,
                                     const uint16_t*, int64_t, const float*, float, float*, int64_t,
                                     const PackedB*);
   struct Layout;  // oneDNN's memory descriptor
   std::unique_ptr<Layout> layout_;
-  std::unique_ptr<char, void (*)(void*)> data_;
+  char* data_ = nullptr;  // its owner's memory, bytes() of it; null until place_b
   size_t bytes_ = 0;
 };
 
-// Gives *out the layout of op(B) (k x n; stored n x k, ldb apart, when trans_b) and the memory
-// it needs, keeping what it holds when that is enough: kUnavailable when the memory cannot be
-// had. (Huge pages are asked for past 2 MiB: GPT-2's Linear weights are several MiB each.)
-// REQUIRES: as bgemm_single_threaded.
-Status reserve_b(bool trans_b, int64_t k, int64_t n, int64_t ldb, PackedB* out);
+// Gives *out the layout of op(B) (k x n; stored n x k, ldb apart, when trans_b) and returns the
+// bytes it takes; *out points at no memory until place_b. kUnavailable when the memory to
+// describe the layout cannot be had. REQUIRES: as bgemm_single_threaded.
+Result<size_t> layout_b(bool trans_b, int64_t k, int64_t n, int64_t ldb, PackedB* out);
 
-// Lays out op(B), b's values, into *out, single-threaded. REQUIRES: reserve_b(trans_b, k, n, ldb,
-// out) succeeded.
+// Points *out at `data`: 64-byte aligned, at least out->bytes(), held by the caller as long as
+// *out is read.
+void place_b(char* data, PackedB* out);
+
+// Lays out op(B), b's values, into *out's memory, single-threaded, allocating nothing.
+// REQUIRES: layout_b(trans_b, k, n, ldb, out) succeeded, then place_b.
 void pack_b(bool trans_b, int64_t k, int64_t n, const uint16_t* b, int64_t ldb, PackedB* out);
 
 // REQUIRES: bf16_gemm_available() is OK; beta is 0 or 1; every dimension positive; strides

@@ -12,8 +12,12 @@
 // oneDNN's kernel reads, which it would otherwise build inside every call.
 #include <kiln/ops/matmul.h>
 
+#include <sys/mman.h>
+
 #include <algorithm>
 #include <cstdint>
+#include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <memory>
 #include <string>
@@ -51,10 +55,15 @@ struct PackedPieces {
 }  // namespace
 
 struct PackedWeight::Impl {
-  const void* data = nullptr;  // the w packed: its memory, shape (N, K) and row stride
+  // The w packed: its memory (null until a pack has finished: a failed one leaves none), shape
+  // (N, K) and row stride.
+  const void* data = nullptr;
   int64_t rows = 0, cols = 0, ld = 0;
   PackedPieces forward;     // op(B) = w^T (K x N)
   PackedPieces input_grad;  // op(B) = w (N x K)
+  // Every piece's memory, one allocation: the pieces one after another at 64-byte offsets.
+  std::unique_ptr<char, void (*)(void*)> arena{nullptr, std::free};
+  size_t arena_bytes = 0;
 };
 
 namespace {
@@ -314,9 +323,10 @@ Status check_packed(const char* op, const TensorView& w, DType in, const PackedW
                                     ": w_packed is for bf16 inputs, and these are f32");
   }
   const PackedWeight::Impl* impl = packed->impl();
-  if (impl == nullptr) {
-    return Status::invalid_argument(std::string(op) +
-                                    ": w_packed is empty (pack_bf16_weights fills it)");
+  if (impl == nullptr || impl->data == nullptr) {
+    return Status::invalid_argument(
+        std::string(op) +
+        ": w_packed is empty (pack_bf16_weights fills it; a failed one leaves it empty)");
   }
   if (impl->data != w.data || impl->rows != w.shape[0] || impl->cols != w.shape[1] ||
       impl->ld != w.stride[0]) {
@@ -340,14 +350,60 @@ bool PackedWeight::empty() const {
 }
 
 size_t PackedWeight::bytes() const {
-  size_t total = 0;
-  if (impl_ == nullptr) return total;
-  for (const PackedPieces* role : {&impl_->forward, &impl_->input_grad}) {
-    for (const PackedB& piece : role->pieces)
-      total += piece.bytes();
-  }
-  return total;
+  return impl_ != nullptr ? impl_->arena_bytes : 0;
 }
+
+namespace {
+
+// Lays out w's pieces for both roles in `impl` and gives them memory from its arena, grown only
+// when it is too small. kUnavailable (naming `name`) when the memory cannot be had.
+Status lay_out_pieces(const TensorView& w, const char* name, PackedWeight::Impl& impl) {
+  const bool empty = w.shape[0] == 0 || w.shape[1] == 0;
+  const auto aligned = [](size_t bytes) { return (bytes + 63) / 64 * 64; };
+  size_t total = 0;
+  for (const bool forward : {true, false}) {
+    PackedPieces& role = forward ? impl.forward : impl.input_grad;
+    std::vector<PackedB> pieces = std::move(role.pieces);
+    const Gemm g = weight_gemm(forward, w);
+    role = empty ? PackedPieces() : call_grid(g);
+    pieces.resize(static_cast<size_t>(role.k_count * role.n_count));
+    role.pieces = std::move(pieces);
+    for (int64_t index = 0; index < role.k_count * role.n_count; ++index) {
+      const Piece piece = piece_of(role, g, index);
+      Result<size_t> bytes =
+          layout_b(g.trans_b, piece.kw, piece.cw, g.ldb, &role.pieces[static_cast<size_t>(index)]);
+      if (!bytes.ok()) return bytes.status().with_context(name);
+      total += aligned(*bytes);
+    }
+  }
+  if (impl.arena == nullptr || impl.arena_bytes < total) {
+    impl.arena.reset();
+    impl.arena_bytes = 0;
+    // On huge pages past one (advice only, which a kernel without transparent huge pages
+    // declines): GPT-2's Linear weights pack into several MiB each.
+    constexpr size_t kHugePage = size_t{2} << 20;
+    const size_t align = total >= kHugePage ? kHugePage : 64;
+    const size_t rounded = std::max<size_t>(align, (total + align - 1) / align * align);
+    void* data = std::aligned_alloc(align, rounded);
+    if (data == nullptr) {
+      return Status::unavailable(std::string(name) + ": cannot allocate " +
+                                 std::to_string(rounded) + " bytes for its packed pieces");
+    }
+    if (align == kHugePage) (void)::madvise(data, rounded, MADV_HUGEPAGE);
+    impl.arena.reset(static_cast<char*>(data));
+    impl.arena_bytes = rounded;
+  }
+  size_t offset = 0;
+  for (PackedPieces* role : {&impl.forward, &impl.input_grad}) {
+    for (PackedB& piece : role->pieces) {
+      place_b(impl.arena.get() + offset, &piece);
+      offset += aligned(piece.bytes());
+    }
+  }
+  return Status();
+}
+
+}  // namespace
 
 Status pack_bf16_weights(std::span<const TensorView> w, std::span<PackedWeight> out,
                          const Context& ctx) {
@@ -357,10 +413,15 @@ Status pack_bf16_weights(std::span<const TensorView> w, std::span<PackedWeight> 
     return Status::invalid_argument(std::string(kOp) + ": " + std::to_string(w.size()) +
                                     " weights but " + std::to_string(out.size()) + " outputs");
   }
+  // Until every piece is copied no out[i] names a source: any failure leaves them all empty.
+  for (PackedWeight& o : out) {
+    if (o.impl_ != nullptr) o.impl_->data = nullptr;
+  }
   KILN_RETURN_IF_ERROR(bf16_gemm_available().with_context(kOp));
   for (size_t i = 0; i < w.size(); ++i) {
-    const std::string name = "w[" + std::to_string(i) + "]";
-    KILN_RETURN_IF_ERROR(check_matrix(kOp, name.c_str(), w[i], -1, -1, DType::kBF16));
+    char name[32];
+    std::snprintf(name, sizeof(name), "w[%zu]", i);
+    KILN_RETURN_IF_ERROR(check_matrix(kOp, name, w[i], -1, -1, DType::kBF16));
   }
   // Every piece of every weight is a task: (weight, role, piece) in that order. The pieces are
   // laid out and their memory had first, here, so that a failure is a Status and the tasks
@@ -369,24 +430,12 @@ Status pack_bf16_weights(std::span<const TensorView> w, std::span<PackedWeight> 
   for (size_t i = 0; i < w.size(); ++i) {
     if (out[i].impl_ == nullptr) out[i].impl_ = std::make_unique<PackedWeight::Impl>();
     PackedWeight::Impl& impl = *out[i].impl_;
-    impl.data = w[i].data;
     impl.rows = w[i].shape[0], impl.cols = w[i].shape[1], impl.ld = w[i].stride[0];
-    const bool empty = impl.rows == 0 || impl.cols == 0;
-    for (const bool forward : {true, false}) {
-      PackedPieces& role = forward ? impl.forward : impl.input_grad;
-      std::vector<PackedB> pieces = std::move(role.pieces);
-      role = empty ? PackedPieces() : call_grid(weight_gemm(forward, w[i]));
-      pieces.resize(static_cast<size_t>(role.k_count * role.n_count));
-      role.pieces = std::move(pieces);
-      total += role.k_count * role.n_count;
-      const Gemm g = weight_gemm(forward, w[i]);
-      for (int64_t index = 0; index < role.k_count * role.n_count; ++index) {
-        const Piece piece = piece_of(role, g, index);
-        KILN_RETURN_IF_ERROR(reserve_b(g.trans_b, piece.kw, piece.cw, g.ldb,
-                                       &role.pieces[static_cast<size_t>(index)])
-                                 .with_context(std::string(kOp) + " w[" + std::to_string(i) + "]"));
-      }
-    }
+    char name[64];
+    std::snprintf(name, sizeof(name), "%s w[%zu]", kOp, i);
+    KILN_RETURN_IF_ERROR(lay_out_pieces(w[i], name, impl));
+    total += impl.forward.k_count * impl.forward.n_count +
+             impl.input_grad.k_count * impl.input_grad.n_count;
   }
   run_parallel(ctx, total, [&](int64_t task, int) {
     for (size_t i = 0; i < w.size(); ++i) {
@@ -407,6 +456,8 @@ Status pack_bf16_weights(std::span<const TensorView> w, std::span<PackedWeight> 
       }
     }
   });
+  for (size_t i = 0; i < w.size(); ++i)
+    out[i].impl_->data = w[i].data;
   return Status();
 }
 

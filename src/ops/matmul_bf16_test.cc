@@ -93,6 +93,12 @@ struct Case {
 
   // With `packed`, w is packed first (pack_bf16_weights) and read packed by y and dx.
   Status run(const Context& ctx, Out* out, bool packed = false) {
+    PackedWeight local;
+    return run_packed_into(ctx, out, packed ? &local : nullptr);
+  }
+
+  // As run, packing w into *w_packed (the caller's) when it is not null.
+  Status run_packed_into(const Context& ctx, Out* out, PackedWeight* w_packed) {
     out->y.assign(d.m * d.n, -3.0f);
     out->dx.assign(d.m * d.k, -5.0f);
     out->dw = dw0;
@@ -102,10 +108,9 @@ struct Case {
     p.w = TensorView::of(w16.data(), DType::kBF16, {d.n, d.k});
     p.bias = TensorView::f32(bias.data(), {d.n});
     p.y = TensorView::f32(out->y.data(), {d.m, d.n});
-    PackedWeight w_packed;
-    if (packed) {
-      KILN_RETURN_IF_ERROR(pack_bf16_weights({&p.w, 1}, {&w_packed, 1}, ctx));
-      p.w_packed = &w_packed;
+    if (w_packed != nullptr) {
+      KILN_RETURN_IF_ERROR(pack_bf16_weights({&p.w, 1}, {w_packed, 1}, ctx));
+      p.w_packed = w_packed;
     }
     KILN_RETURN_IF_ERROR(matmul_forward(p, ctx));
     MatmulBackwardParams b;
@@ -309,6 +314,17 @@ void run_packed_gpt2_shapes(PackedBUse* use) {
     Case::Out out;
     ASSERT_TRUE(c.run(ctx, &out, true).ok());
   }
+  // The tied head's forward has no bias (another primitive than the Case's, which has one).
+  Case head(Dims{256, 3500, 768}, 82);
+  std::vector<float> y(256 * 3500);
+  MatmulParams p;
+  p.x = TensorView::of(head.x16.data(), DType::kBF16, {256, 768});
+  p.w = TensorView::of(head.w16.data(), DType::kBF16, {3500, 768});
+  p.y = TensorView::f32(y.data(), {256, 3500});
+  PackedWeight packed;
+  ASSERT_TRUE(pack_bf16_weights({&p.w, 1}, {&packed, 1}, ctx).ok());
+  p.w_packed = &packed;
+  ASSERT_TRUE(matmul_forward(p, ctx).ok());
   *use = packed_b_use_here();
 }
 
@@ -317,8 +333,9 @@ TEST(MatmulBf16Test, Gpt2ShapesReadTheirPackedWeights) {
   PackedBUse use;
   std::thread fresh(run_packed_gpt2_shapes, &use);
   fresh.join();
-  // y and dx of 3 + 2 + 2 + 2 + 3 blocks, the head-like shape's in 2 spans each.
-  EXPECT_EQ(use.read_packed, 2 * (3 + 2 + 2 + 2) + 3 * 2 * 2);
+  // y and dx of 3 + 2 + 2 + 2 + 3 blocks, the head-like shape's in 2 spans each, then the
+  // bias-free head forward's 2 blocks of 2 spans.
+  EXPECT_EQ(use.read_packed, 2 * (3 + 2 + 2 + 2) + 3 * 2 * 2 + 2 * 2);
   EXPECT_EQ(use.read_plain, 0);
 }
 
@@ -386,28 +403,53 @@ TEST(MatmulBf16Test, APackedWeightFromAnotherWeightOrForF32IsRefusedByName) {
 
 TEST(MatmulBf16Test, PackingAgainAfterTheWeightChangesReadsTheNewWeight) {
   // The caller's contract (a packed weight is a copy): what a training step relies on after
-  // each optimizer step. Packing again into the same PackedWeight keeps its memory.
+  // each optimizer step, packing into the same PackedWeight again. A second split reduction
+  // (k = 3,500 in dx) and a second column span (y) are packed again too.
   SKIP_WITHOUT_BF16_GEMM();
   ThreadPool pool(2);
   const Context ctx = cpu_context(&pool);
-  const Dims d{256, 192, 768};
-  Case c(d, 101);
-  Case::Out before;
-  ASSERT_TRUE(c.run(ctx, &before, true).ok());
-  for (uint16_t& v : c.w16)
-    v ^= 0x8000;  // every weight negated
-  Case::Out after;
-  ASSERT_TRUE(c.run(ctx, &after, true).ok());
-  const Case::Out want = c.reference(to_f32(c.x16, c.x.size()), to_f32(c.w16, c.w.size()),
-                                     to_f32(c.dy16, c.dy.size()));
-  EXPECT_LE(buffer_err(after.y, want.y), kTolerance);
-  EXPECT_LE(buffer_err(after.dx, want.dx), kTolerance);
-  const TensorView w = TensorView::of(c.w16.data(), DType::kBF16, {d.n, d.k});
+  for (const Dims& d : {Dims{256, 192, 768}, Dims{130, 3500, 40}}) {
+    Case c(d, 101);
+    PackedWeight packed;
+    Case::Out before;
+    ASSERT_TRUE(c.run_packed_into(ctx, &before, &packed).ok());
+    for (uint16_t& v : c.w16)
+      v ^= 0x8000;  // every weight negated
+    Case::Out after;
+    ASSERT_TRUE(c.run_packed_into(ctx, &after, &packed).ok());
+    const Case::Out want = c.reference(to_f32(c.x16, c.x.size()), to_f32(c.w16, c.w.size()),
+                                       to_f32(c.dy16, c.dy.size()));
+    EXPECT_LE(buffer_err(after.y, want.y), kTolerance) << d.n;
+    EXPECT_LE(buffer_err(after.dx, want.dx), kTolerance) << d.n;
+  }
+}
+
+TEST(MatmulBf16Test, AFailedPackLeavesThePackedWeightsEmpty) {
+  // A weight that cannot be packed (bf16 of the wrong rank) beside a good one: the call fails,
+  // and the PackedWeight that held the good one's earlier pack is refused, not read stale.
+  SKIP_WITHOUT_BF16_GEMM();
+  const Context ctx = cpu_context(nullptr);
+  const Dims d{8, 6, 4};
+  Case c(d, 111);
   PackedWeight packed;
-  ASSERT_TRUE(pack_bf16_weights({&w, 1}, {&packed, 1}, ctx).ok());
-  const size_t bytes = packed.bytes();
-  ASSERT_TRUE(pack_bf16_weights({&w, 1}, {&packed, 1}, ctx).ok());
-  EXPECT_EQ(packed.bytes(), bytes);
+  Case::Out out;
+  ASSERT_TRUE(c.run_packed_into(ctx, &out, &packed).ok());
+  const TensorView w = TensorView::of(c.w16.data(), DType::kBF16, {d.n, d.k});
+  const TensorView flat = TensorView::of(c.w16.data(), DType::kBF16, {d.n * d.k});
+  const TensorView both[2] = {w, flat};
+  PackedWeight outs[2];
+  ASSERT_TRUE(pack_bf16_weights({&w, 1}, {&outs[0], 1}, ctx).ok());
+  EXPECT_FALSE(pack_bf16_weights(both, outs, ctx).ok());
+  std::vector<float> y(d.m * d.n);
+  MatmulParams p;
+  p.x = TensorView::of(c.x16.data(), DType::kBF16, {d.m, d.k});
+  p.w = w;
+  p.y = TensorView::f32(y.data(), {d.m, d.n});
+  p.w_packed = &outs[0];
+  const Status s = matmul_forward(p, ctx);
+  EXPECT_NE(s.to_string().find("w_packed is empty"), std::string::npos) << s.to_string();
+  ASSERT_TRUE(pack_bf16_weights({&w, 1}, {&outs[0], 1}, ctx).ok());
+  EXPECT_TRUE(matmul_forward(p, ctx).ok());  // packed again, read again
 }
 
 TEST(MatmulBf16Test, MixedOrWrongDtypesAreRefusedByName) {

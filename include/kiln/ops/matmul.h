@@ -60,8 +60,10 @@ class PackedWeight {
 
 // Packs each bf16 w[i] (N, K, unit inner stride) into out[i] (the same count), the pieces of
 // all of them split over ctx's pool; out[i] keeps its memory when it already holds as much (so a
-// training loop allocates only on its first step). kNotSupported without a bf16 matmul on this
-// CPU.
+// training loop's packs allocate Kiln memory only on the first step; libdnnl may allocate
+// inside a call). kNotSupported without a bf16 matmul on this CPU; kInvalidArgument naming a w[i]
+// that is not a bf16 matrix; kUnavailable, naming the weight, when its memory cannot be had. A
+// failed call leaves every out[i] empty (a matmul refuses it) until a call succeeds.
 Status pack_bf16_weights(std::span<const TensorView> w, std::span<PackedWeight> out,
                          const Context& ctx);
 
