@@ -346,7 +346,7 @@ PackedWeight::PackedWeight(PackedWeight&&) noexcept = default;
 PackedWeight& PackedWeight::operator=(PackedWeight&&) noexcept = default;
 
 bool PackedWeight::empty() const {
-  return impl_ == nullptr;
+  return impl_ == nullptr || impl_->data == nullptr;
 }
 
 size_t PackedWeight::bytes() const {

@@ -439,7 +439,9 @@ TEST(MatmulBf16Test, AFailedPackLeavesThePackedWeightsEmpty) {
   const TensorView both[2] = {w, flat};
   PackedWeight outs[2];
   ASSERT_TRUE(pack_bf16_weights({&w, 1}, {&outs[0], 1}, ctx).ok());
+  EXPECT_FALSE(outs[0].empty());
   EXPECT_FALSE(pack_bf16_weights(both, outs, ctx).ok());
+  EXPECT_TRUE(outs[0].empty());
   std::vector<float> y(d.m * d.n);
   MatmulParams p;
   p.x = TensorView::of(c.x16.data(), DType::kBF16, {d.m, d.k});

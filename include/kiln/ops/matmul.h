@@ -46,8 +46,8 @@ class PackedWeight {
   PackedWeight(PackedWeight&&) noexcept;
   PackedWeight& operator=(PackedWeight&&) noexcept;
 
-  bool empty() const;
-  size_t bytes() const;  // what it holds
+  bool empty() const;    // never packed, or its last pack failed
+  size_t bytes() const;  // the memory it holds
 
   struct Impl;  // matmul.cc: the pieces and the w they were packed from
   const Impl* impl() const { return impl_.get(); }
