@@ -200,13 +200,13 @@ const ops::PackedWeight* gpt2_packed_weight(const Gpt2::State& s, const float* w
 //   Lists the weights a bf16 model packs (packed_sources, packed_views) and packs them once,
 //   which also has their memory: a failure is create()'s. With WeightPacking::kAuto only for
 //   steps of at least kPackedWeightsMinTokens tokens (B x T): packing is one more pass over the
-//   weights each step (written and read back: about 67 ms for GPT-2 small on two threads of an
-//   Intel Xeon family 6 model 167), and what it saves, oneDNN's copy of each weight inside each
-//   call, grows with the calls, one per 128 rows. There, a step (`kiln_model_step_bench --model
-//   gpt2-124m --seq 256 --precision bf16 --packing always|never --batch B`) was 3-10% slower packed
-//   at B = 1 and 2, the same at B = 4, 5% faster at B = 8 and 6-10% at B = 16. The threshold was
-//   measured on that CPU only; whichever side of it a run is, its results do not depend on the
-//   thread count.
+//   weights each step (written and read back: 40-70 ms for GPT-2 small on two threads of an
+//   Intel Xeon family 6 model 167, what packing adds to a step of B = 1), and what it saves,
+//   oneDNN's copy of each weight inside each call, grows with the calls, one per 128 rows. There, a
+//   step (`kiln_model_step_bench --model gpt2-124m --seq 256 --precision bf16 --packing
+//   always|never --batch B`) was 3-10% slower packed at B = 1 and 2, the same at B = 4, 5% faster
+//   at B = 8 and 6-10% at B = 16. The threshold was measured on that CPU only; whichever side of it
+//   a run is, its results do not depend on the thread count.
 inline constexpr int64_t kPackedWeightsMinTokens = 2048;
 Status gpt2_init_packed_weights(Gpt2::State& s, WeightPacking packing);
 //   A matmul's input (rows, cols) at `x`: in a bf16 model rounded now into the bf16 activation
