@@ -287,15 +287,15 @@ const void* data_of(const TensorView& t) {
   return t.data;
 }
 
-// The bf16 GEMMs in which a weight w (N x K, ld apart) is op(B), as matmul_forward and
-// matmul_backward make them: the forward's x @ w^T and the input gradient's dy @ w (the fields
-// call_grid and the pieces' addresses read).
-Gemm weight_gemm(bool forward, const TensorView& w) {
+// The GEMMs in which a weight w (N x K, ld apart) is op(B): the forward's x @ w^T and the input
+// gradient's dy @ w, with w's side filled in (matmul_forward and matmul_backward fill the rest;
+// pack_bf16_weights lays out its pieces from the same, so the two cannot disagree).
+Gemm weight_gemm(bool forward, const TensorView& w, DType in = DType::kBF16) {
   Gemm g;
   g.trans_b = forward;
   g.n = forward ? w.shape[0] : w.shape[1];
   g.k = forward ? w.shape[1] : w.shape[0];
-  g.in = DType::kBF16;
+  g.in = in;
   g.b = w.data;
   g.ldb = w.stride[0];
   return g;
@@ -498,13 +498,10 @@ Status matmul_forward(const MatmulParams& p, const Context& ctx) {
     }
     return Status();
   }
-  Gemm g;
+  Gemm g = weight_gemm(true, p.w, in);  // n, k and b from w
   g.library = ctx.gemm;
-  g.trans_b = true;
-  g.m = m, g.n = n, g.k = k;
-  g.in = in;
+  g.m = m;
   g.a = data_of(p.x), g.lda = p.x.stride[0];
-  g.b = data_of(p.w), g.ldb = p.w.stride[0];
   g.c = y, g.ldc = ldy;
   if (p.w_packed != nullptr) g.packed = &p.w_packed->impl()->forward;
   if (p.bias.present()) {
@@ -551,13 +548,11 @@ Status matmul_backward(const MatmulBackwardParams& p, const Context& ctx) {
     KILN_RETURN_IF_ERROR(expect_shape(kOp, "dbias", p.dbias, DType::kF32, {n}));
     KILN_RETURN_IF_ERROR(expect_contiguous(kOp, "dbias", p.dbias));
   }
-  if (p.dx.present()) {  // dx (=|+=) dy @ w: (m x n) @ (n x k)
-    Gemm g;
+  if (p.dx.present()) {                    // dx (=|+=) dy @ w: (m x n) @ (n x k)
+    Gemm g = weight_gemm(false, p.w, in);  // n = k, k = n and b from w
     g.library = ctx.gemm;
-    g.m = m, g.n = k, g.k = n;
-    g.in = in;
+    g.m = m;
     g.a = data_of(p.dy), g.lda = p.dy.stride[0];
-    g.b = data_of(p.w), g.ldb = p.w.stride[0];
     g.beta = p.accumulate_dx ? 1.0f : 0.0f;
     g.c = p.dx.f32_ptr(), g.ldc = p.dx.stride[0];
     if (p.w_packed != nullptr) g.packed = &p.w_packed->impl()->input_grad;

@@ -8,18 +8,18 @@
 
 #include <algorithm>
 #include <cstdint>
-#include <cstring>
 #include <thread>
 #include <vector>
 
 #include "ops/gemm_bf16.h"
 #include "train/model_state.h"
 #include "train/model_test_util.h"
+#include "train/trainer_test_util.h"
 
 namespace kiln::train {
 namespace {
 
-using testing::make_model;
+using testing::bits;
 using testing::random_tokens;
 
 // Two small blocks over 8 x 256 tokens: past the packing threshold, with a vocabulary wider
@@ -42,12 +42,6 @@ Gpt2 make(Precision precision, int batch, int seq, WeightPacking packing) {
       Gpt2::create(packed_config(), batch, seq, MomentArenas(), precision, packing);
   KILN_CHECK(model.ok()) << model.status().to_string();
   return std::move(model).value();
-}
-
-uint32_t bits(float f) {
-  uint32_t u;
-  std::memcpy(&u, &f, sizeof(u));
-  return u;
 }
 
 // Two updates of a packed bf16 model, then a forward: the loss of a fresh model of the same
