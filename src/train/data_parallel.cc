@@ -130,8 +130,8 @@ size_t ShardedAdamW::moment_floats(size_t total, int world) {
 }
 
 ShardedAdamW::ShardedAdamW(comm::Communicator* comm, std::vector<DecayRange> ranges, size_t total,
-                           std::span<float> m, std::span<float> v)
-    : comm_(comm), ranges_(std::move(ranges)), total_(total), m_(m), v_(v) {
+                           std::span<float> m, std::span<float> v, Precision wire)
+    : comm_(comm), ranges_(std::move(ranges)), total_(total), m_(m), v_(v), wire_(wire) {
   const size_t world = static_cast<size_t>(comm_->world_size());
   const size_t rank = static_cast<size_t>(comm_->rank());
   slice_ = total_ / world;
@@ -142,6 +142,7 @@ ShardedAdamW::ShardedAdamW(comm::Communicator* comm, std::vector<DecayRange> ran
   KILN_CHECK(m_.size() == want && v_.size() == want)
       << "ShardedAdamW rank " << rank << " of " << world << ": moments of " << m_.size() << " and "
       << v_.size() << " floats, the share is " << want;
+  if (wire_ == Precision::kBf16) staging_.resize(total_);
 }
 
 Status ShardedAdamW::step(std::span<float> params, std::span<float> grads,
@@ -153,12 +154,16 @@ Status ShardedAdamW::step(std::span<float> params, std::span<float> grads,
   const size_t tail = total_ - tail_begin;
 
   // Gradients: this rank's slice averaged in place, the tail averaged everywhere.
-  comm::Work scatter = comm_->reduce_scatter(grads.data(), grads.data() + begin_, slice_,
-                                             comm::DataType::kF32, comm::ReduceOp::kAvg);
-  comm::Work tail_reduce = comm_->allreduce(grads.data() + tail_begin, grads.data() + tail_begin,
-                                            tail, comm::DataType::kF32, comm::ReduceOp::kAvg);
-  KILN_RETURN_IF_ERROR(scatter.wait());
-  KILN_RETURN_IF_ERROR(tail_reduce.wait());
+  if (wire_ == Precision::kFp32) {
+    comm::Work scatter = comm_->reduce_scatter(grads.data(), grads.data() + begin_, slice_,
+                                               comm::DataType::kF32, comm::ReduceOp::kAvg);
+    comm::Work tail_reduce = comm_->allreduce(grads.data() + tail_begin, grads.data() + tail_begin,
+                                              tail, comm::DataType::kF32, comm::ReduceOp::kAvg);
+    KILN_RETURN_IF_ERROR(scatter.wait());
+    KILN_RETURN_IF_ERROR(tail_reduce.wait());
+  } else {
+    KILN_RETURN_IF_ERROR(reduce_scatter_bf16(grads, tail_begin, ctx));
+  }
 
   // Global norm: squares of the slices summed over ranks, plus the tail once.
   slice_view_[0] = ops::TensorView::f32(grads.data() + begin_, {static_cast<int64_t>(slice_)});
@@ -184,6 +189,30 @@ Status ShardedAdamW::step(std::span<float> params, std::span<float> grads,
   // In place: rank r's slice already sits at params + r * slice.
   return comm_->run(comm::CollectiveArgs::allgather(params.data() + begin_, params.data(), slice_,
                                                     comm::DataType::kF32));
+}
+
+Status ShardedAdamW::reduce_scatter_bf16(std::span<float> grads, size_t tail_begin,
+                                         const ops::Context& ctx) {
+  const auto bf16_view = [&](size_t at, size_t n) {
+    return ops::TensorView::of(staging_.data() + at, ops::DType::kBF16, {static_cast<int64_t>(n)});
+  };
+  const auto f32_view = [&](size_t at, size_t n) {
+    return ops::TensorView::f32(grads.data() + at, {static_cast<int64_t>(n)});
+  };
+  const size_t tail = total_ - tail_begin;
+  KILN_RETURN_IF_ERROR(ops::convert_f32_to_bf16(f32_view(0, total_), bf16_view(0, total_), ctx)
+                           .with_context("bf16 gradient reduce-scatter"));
+  uint16_t* wire = staging_.data();
+  comm::Work scatter = comm_->reduce_scatter(wire, wire + begin_, slice_, comm::DataType::kBF16,
+                                             comm::ReduceOp::kAvg);
+  comm::Work tail_reduce = comm_->allreduce(wire + tail_begin, wire + tail_begin, tail,
+                                            comm::DataType::kBF16, comm::ReduceOp::kAvg);
+  KILN_RETURN_IF_ERROR(scatter.wait());
+  KILN_RETURN_IF_ERROR(tail_reduce.wait());
+  KILN_RETURN_IF_ERROR(
+      ops::convert_bf16_to_f32(bf16_view(begin_, slice_), f32_view(begin_, slice_), ctx));
+  if (tail == 0) return Status();
+  return ops::convert_bf16_to_f32(bf16_view(tail_begin, tail), f32_view(tail_begin, tail), ctx);
 }
 
 MomentArenas zero1_moment_arenas(const ModelConfig& config, int world) {

@@ -19,7 +19,9 @@
 // (moment_floats: about 1/W of the memory): the trainer has the model allocate its moment arenas
 // of exactly that size (MomentArenas::share) and hands them to ShardedAdamW.
 // Elements are updated with exactly the formulas of the replicated path, so both agree to f32
-// rounding.
+// rounding. With a bf16 wire (train.grad_reduce) the gradients are reduce-scattered in bf16, as
+// GradAllreducer all-reduces them; the parameters are all-gathered in f32 either way, since every
+// rank's f32 masters must stay identical.
 #ifndef KILN_TRAIN_DATA_PARALLEL_H_
 #define KILN_TRAIN_DATA_PARALLEL_H_
 
@@ -110,9 +112,11 @@ class ShardedAdamW {
 
   // `ranges` lie in the parameter arena of `total` elements. `m` and `v` (not owned; they must
   // outlive this object) hold this rank's moments, slice then tail; REQUIRES both to be
-  // moment_floats(total, world) long.
+  // moment_floats(total, world) long. `wire` is the gradients' format on the wire: f32, or bf16
+  // (half the bytes: the whole gradient arena is rounded into a bf16 staging arena, allocated
+  // once, reduce-scattered there, and this rank's slice and the tail widened back).
   ShardedAdamW(comm::Communicator* comm, std::vector<DecayRange> ranges, size_t total,
-               std::span<float> m, std::span<float> v);
+               std::span<float> m, std::span<float> v, Precision wire = Precision::kFp32);
 
   // This rank's slice of the flat arena.
   size_t shard_begin() const { return begin_; }
@@ -122,12 +126,17 @@ class ShardedAdamW {
 
   // Reduce-scatters (averages) `grads`, computes the global norm into *grad_norm, clips to
   // max_norm (0: no clipping), updates this rank's slice of `params` and all-gathers them.
-  // Afterwards only this rank's slice of `grads` holds averaged gradients. A non-finite norm
-  // (overflow or NaN; the same on every rank) updates nothing and gathers nothing.
+  // Afterwards only this rank's slice of `grads` (and the tail) holds averaged gradients (with a
+  // bf16 wire, bf16 values widened to f32); `ctx` runs the optimizer and the bf16 conversions. A
+  // non-finite norm (overflow or NaN; the same on every rank) updates nothing and gathers nothing.
   Status step(std::span<float> params, std::span<float> grads, const AdamWSettings& settings,
               float lr, int64_t step, double max_norm, const ops::Context& ctx, double* grad_norm);
 
  private:
+  // The bf16 wire's reduce-scatter: grads rounded into staging_, reduced there, this rank's slice
+  // and the tail [tail_begin, total) widened back into grads.
+  Status reduce_scatter_bf16(std::span<float> grads, size_t tail_begin, const ops::Context& ctx);
+
   comm::Communicator* comm_;
   std::vector<DecayRange> ranges_;
   size_t total_ = 0;
@@ -136,6 +145,8 @@ class ShardedAdamW {
   size_t slice_ = 0;    // total / world: the reduce-scatter block; the tail is all-reduced
   std::span<float> m_;  // (slice + tail)
   std::span<float> v_;  // (slice + tail)
+  Precision wire_;
+  std::vector<uint16_t> staging_;  // bf16 wire: one element per gradient element
   std::vector<ops::TensorView> slice_view_ = std::vector<ops::TensorView>(1);  // reused per step
 };
 

@@ -50,6 +50,39 @@ Layout layout(int n_layer, size_t block_elems) {
   return out;
 }
 
+// f32 -> bf16 -> f32, nearest even; finite inputs. Written apart from kiln_ops' conversion.
+float round_bf16(float f) {
+  uint32_t u;
+  std::memcpy(&u, &f, sizeof u);
+  u = (u + 0x7FFFu + ((u >> 16) & 1u)) & 0xFFFF0000u;
+  float r;
+  std::memcpy(&r, &u, sizeof r);
+  return r;
+}
+
+// One replicated AdamW step on the whole arena with the averaged gradient `g`, clipped to
+// max_norm: what every ZeRO-1 rank's step must equal.
+void replicated_step(const std::vector<DecayRange>& ranges, const AdamWSettings& settings, int step,
+                     double max_norm, const ops::Context& ctx, std::vector<float>* params,
+                     std::vector<float>* g, std::vector<float>* m, std::vector<float>* v) {
+  std::vector<ops::TensorView> views{ops::TensorView::f32(g->data(), {(int64_t)g->size()})};
+  const double norm = *ops::global_grad_norm(views, ctx);
+  const float scale = ops::grad_clip_scale(norm, max_norm);
+  for (const DecayRange& d : ranges) {
+    ops::AdamWParams p;
+    const int64_t n = static_cast<int64_t>(d.count);
+    p.params = ops::TensorView::f32(params->data() + d.offset, {n});
+    p.grads = ops::TensorView::f32(g->data() + d.offset, {n});
+    p.m = ops::TensorView::f32(m->data() + d.offset, {n});
+    p.v = ops::TensorView::f32(v->data() + d.offset, {n});
+    p.lr = 1e-3f;
+    p.weight_decay = d.decay ? settings.weight_decay : 0.0f;
+    p.step = step;
+    p.grad_scale = scale;
+    ASSERT_TRUE(ops::adamw_update(p, ctx).ok());
+  }
+}
+
 TEST(DataParallelTest, BucketsTileTheArenaInBackwardOrder) {
   const Layout a = layout(3, 50);
   // Blocks of 53-63 elements: a 1-byte minimum gives one bucket per block.
@@ -124,14 +157,6 @@ TEST(DataParallelTest, ABf16WireAveragesTheRoundedGradients) {
   const auto value = [](int rank, size_t i) {
     return std::sin(0.37f * static_cast<float>(i) + static_cast<float>(rank)) * 1.001f;
   };
-  const auto round_bf16 = [](float f) {  // nearest even; finite inputs
-    uint32_t u;
-    std::memcpy(&u, &f, sizeof u);
-    u = (u + 0x7FFFu + ((u >> 16) & 1u)) & 0xFFFF0000u;
-    float r;
-    std::memcpy(&r, &u, sizeof r);
-    return r;
-  };
   std::vector<std::vector<float>> grads(3, std::vector<float>(total));
   ops::Context ctx;  // no pool: each rank converts on its own thread
   ctx.isa = ops::supported_isas().back();
@@ -198,22 +223,7 @@ TEST_P(ShardedAdamWTest, MatchesTheReplicatedStep) {
         sum += grad_of(rank, i, step);
       g[i] = sum / static_cast<float>(world);
     }
-    std::vector<ops::TensorView> views{ops::TensorView::f32(g.data(), {(int64_t)total})};
-    const double norm = *ops::global_grad_norm(views, ctx);
-    const float scale = ops::grad_clip_scale(norm, max_norm);
-    for (const DecayRange& d : r) {
-      ops::AdamWParams p;
-      const int64_t n = static_cast<int64_t>(d.count);
-      p.params = ops::TensorView::f32(want.data() + d.offset, {n});
-      p.grads = ops::TensorView::f32(g.data() + d.offset, {n});
-      p.m = ops::TensorView::f32(m.data() + d.offset, {n});
-      p.v = ops::TensorView::f32(v.data() + d.offset, {n});
-      p.lr = 1e-3f;
-      p.weight_decay = d.decay ? settings.weight_decay : 0.0f;
-      p.step = step;
-      p.grad_scale = scale;
-      ASSERT_TRUE(ops::adamw_update(p, ctx).ok());
-    }
+    replicated_step(r, settings, step, max_norm, ctx, &want, &g, &m, &v);
   }
 
   std::vector<std::vector<float>> params(world, init);
@@ -244,18 +254,85 @@ TEST_P(ShardedAdamWTest, MatchesTheReplicatedStep) {
   }
 }
 
-// ZeRO-1 saves memory: a rank's model, created as the trainer creates it under zero: 1, holds
-// moment arenas of its share's size (its slice plus the tail, about 1/W of the parameter arena),
-// and ShardedAdamW steps on exactly those arenas.
-// An overflow on one rank (an infinite gradient element) makes the global norm non-finite on
-// every rank: nobody updates or gathers, so parameters and moments stay as they were, and the
-// norm is reported for the trainer to stop on.
-TEST_P(ShardedAdamWTest, ANonFiniteNormUpdatesNothingOnAnyRank) {
+// bf16 on the wire under ZeRO-1: each rank's slice of the averaged gradient is a bf16 value
+// (its low 16 bits zero) within a few bf16 roundings of the mean of the rounded gradients, as the
+// all-reduce's bf16 wire gives, and the step equals the replicated AdamW step on those widened
+// gradients (to the order of the norm's sums, as above), the same on every rank.
+TEST_P(ShardedAdamWTest, ABf16WireReduceScattersTheRoundedGradients) {
   const int world = GetParam();
   comm::testing::ClusterSpec spec;
   spec.world_size = world;
   auto cluster = comm::testing::ThreadCluster::create(spec);
   ASSERT_TRUE(cluster.ok()) << cluster.status().to_string();
+  const Layout a = layout(2, 301);  // total not divisible by 2 or 3: a tail on 3 ranks
+  const size_t total = a.total;
+  const AdamWSettings settings{0.9f, 0.95f, 1e-8f, 0.1f};
+  const double max_norm = 1.0;
+  auto grad_of = [](int rank, size_t i, int step) {
+    return 0.01f * static_cast<float>(std::sin(0.37 * i + rank + 0.5 * step)) * 1.001f;
+  };
+  std::vector<float> init(total);
+  for (size_t i = 0; i < total; ++i)
+    init[i] = 0.02f * static_cast<float>(std::cos(0.11 * i));
+  ops::Context ctx;
+  ctx.isa = CpuIsa::kScalar;
+  const int steps = 3;
+  // The averaged gradients as each step left them: every rank writes its slice, rank 0 the tail.
+  std::vector<std::vector<float>> wire(steps + 1, std::vector<float>(total, 0.0f));
+  std::vector<std::vector<float>> params(world, init);
+  std::vector<Status> st = (*cluster)->run([&](int rank) -> Status {
+    const size_t share = ShardedAdamW::moment_floats(total, world);
+    std::vector<float> rank_m(share, 0.0f), rank_v(share, 0.0f);
+    ShardedAdamW opt(&(*cluster)->comm(rank), a.params, total, rank_m, rank_v, Precision::kBf16);
+    const size_t tail_begin = static_cast<size_t>(world) * (opt.shard_end() - opt.shard_begin());
+    std::vector<float> grads(total);
+    for (int step = 1; step <= steps; ++step) {
+      for (size_t i = 0; i < total; ++i)
+        grads[i] = grad_of(rank, i, step);
+      double norm = 0;
+      KILN_RETURN_IF_ERROR(
+          opt.step(params[rank], grads, settings, 1e-3f, step, max_norm, ctx, &norm));
+      for (size_t i = opt.shard_begin(); i < opt.shard_end(); ++i)
+        wire[step][i] = grads[i];
+      for (size_t i = tail_begin; rank == 0 && i < total; ++i)
+        wire[step][i] = grads[i];
+    }
+    return Status();
+  });
+  for (const Status& s : st)
+    ASSERT_TRUE(s.ok()) << s.to_string();
+
+  std::vector<float> want = init, m(total, 0.0f), v(total, 0.0f);
+  for (int step = 1; step <= steps; ++step) {
+    for (size_t i = 0; i < total; ++i) {
+      double mean = 0, magnitude = 0;
+      for (int rank = 0; rank < world; ++rank) {
+        mean += round_bf16(grad_of(rank, i, step)) / world;
+        magnitude += std::fabs(round_bf16(grad_of(rank, i, step))) / world;
+      }
+      const float got = wire[step][i];
+      ASSERT_EQ(round_bf16(got), got)
+          << "step " << step << " element " << i << " is not a bf16 value: the wire was f32";
+      // W - 1 hops and the division each round once, partial sums at most W x the mean
+      // magnitude: 4 x 2^-8 of it covers 3 ranks with room.
+      ASSERT_LE(std::fabs(got - mean), 4 * std::ldexp(magnitude, -8) + 1e-30)
+          << "step " << step << " element " << i;
+    }
+    replicated_step(a.params, settings, step, max_norm, ctx, &want, &wire[step], &m, &v);
+  }
+  for (int rank = 0; rank < world; ++rank) {
+    for (size_t i = 0; i < total; ++i) {
+      ASSERT_NEAR(params[rank][i], want[i], 1e-6) << "rank " << rank << " element " << i;
+    }
+    EXPECT_EQ(params[rank], params[0]) << "ranks must hold identical parameters";
+  }
+}
+
+// An overflow on one rank (an infinite gradient element) makes the global norm non-finite on
+// every rank: nobody updates or gathers, so parameters and moments stay as they were, and the
+// norm is reported for the trainer to stop on.
+TEST_P(ShardedAdamWTest, ANonFiniteNormUpdatesNothingOnAnyRank) {
+  const int world = GetParam();
   const Layout a = layout(2, 301);
   const size_t total = a.total;
   ops::Context ctx;
@@ -263,27 +340,37 @@ TEST_P(ShardedAdamWTest, ANonFiniteNormUpdatesNothingOnAnyRank) {
   std::vector<float> init(total);
   for (size_t i = 0; i < total; ++i)
     init[i] = 0.02f * static_cast<float>(std::cos(0.11 * i));
-  std::vector<std::vector<float>> params(world, init);
-  std::vector<double> norms(world, 0.0);
-  std::vector<Status> st = (*cluster)->run([&](int rank) -> Status {
-    const size_t share = ShardedAdamW::moment_floats(total, world);
-    std::vector<float> rank_m(share, 0.0f), rank_v(share, 0.0f);
-    ShardedAdamW opt(&(*cluster)->comm(rank), a.params, total, rank_m, rank_v);
-    std::vector<float> grads(total, 0.01f);
-    if (rank == world - 1) grads[total / 3] = std::numeric_limits<float>::infinity();
-    KILN_RETURN_IF_ERROR(opt.step(params[rank], grads, AdamWSettings{0.9f, 0.95f, 1e-8f, 0.1f},
-                                  1e-3f, 1, 1.0, ctx, &norms[rank]));
-    for (float x : rank_m)
-      if (x != 0.0f) return Status::aborted("a moment moved");
-    return Status();
-  });
-  for (int rank = 0; rank < world; ++rank) {
-    ASSERT_TRUE(st[rank].ok()) << st[rank].to_string();
-    EXPECT_FALSE(std::isfinite(norms[rank])) << "rank " << rank;
-    EXPECT_EQ(params[rank], init) << "rank " << rank << " updated its parameters";
+  for (const Precision wire : {Precision::kFp32, Precision::kBf16}) {  // bf16 keeps infinity
+    SCOPED_TRACE("wire " + std::string(precision_name(wire)));
+    comm::testing::ClusterSpec spec;
+    spec.world_size = world;
+    auto cluster = comm::testing::ThreadCluster::create(spec);
+    ASSERT_TRUE(cluster.ok()) << cluster.status().to_string();
+    std::vector<std::vector<float>> params(world, init);
+    std::vector<double> norms(world, 0.0);
+    std::vector<Status> st = (*cluster)->run([&](int rank) -> Status {
+      const size_t share = ShardedAdamW::moment_floats(total, world);
+      std::vector<float> rank_m(share, 0.0f), rank_v(share, 0.0f);
+      ShardedAdamW opt(&(*cluster)->comm(rank), a.params, total, rank_m, rank_v, wire);
+      std::vector<float> grads(total, 0.01f);
+      if (rank == world - 1) grads[total / 3] = std::numeric_limits<float>::infinity();
+      KILN_RETURN_IF_ERROR(opt.step(params[rank], grads, AdamWSettings{0.9f, 0.95f, 1e-8f, 0.1f},
+                                    1e-3f, 1, 1.0, ctx, &norms[rank]));
+      for (float x : rank_m)
+        if (x != 0.0f) return Status::aborted("a moment moved");
+      return Status();
+    });
+    for (int rank = 0; rank < world; ++rank) {
+      ASSERT_TRUE(st[rank].ok()) << st[rank].to_string();
+      EXPECT_FALSE(std::isfinite(norms[rank])) << "rank " << rank;
+      EXPECT_EQ(params[rank], init) << "rank " << rank << " updated its parameters";
+    }
   }
 }
 
+// ZeRO-1 saves memory: a rank's model, created as the trainer creates it under zero: 1, holds
+// moment arenas of its share's size (its slice plus the tail, about 1/W of the parameter arena),
+// and ShardedAdamW steps on exactly those arenas.
 TEST_P(ShardedAdamWTest, ARankModelHoldsMomentArenasOfItsShareOnly) {
   const int world = GetParam();
   comm::testing::ClusterSpec spec;

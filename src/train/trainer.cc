@@ -155,12 +155,6 @@ Result<TrainSummary> train(const TrainConfig& config, const TrainerOptions& opti
   const int world = comm != nullptr ? comm->world_size() : 1;
   const bool zero1 = comm != nullptr && h.zero == 1;
   std::ostream* out = rank == 0 ? options.out : nullptr;
-  if (h.zero == 1 && h.grad_reduce == Precision::kBf16) {
-    return Status::invalid_argument(
-        config.source +
-        ": train.grad_reduce bf16 is for plain data parallelism (train.zero 0): ZeRO-1 "
-        "reduce-scatters its gradients in f32");
-  }
   if (!options.debug_dump_dir.empty() && world > 1) {
     return Status::invalid_argument("--debug-dump records a single process's run, not " +
                                     std::to_string(world) + " ranks");
@@ -289,7 +283,7 @@ Result<TrainSummary> train(const TrainConfig& config, const TrainerOptions& opti
     for (const ParamInfo& p : model.params())
       ranges.push_back({p.offset, p.numel, p.decay});
     sharded.emplace(comm, std::move(ranges), model.param_data().size(), model.adam_m(),
-                    model.adam_v());
+                    model.adam_v(), h.grad_reduce);
   }
   MomentLayout moments;
   moments.total = model.param_data().size();

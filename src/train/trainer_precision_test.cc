@@ -149,18 +149,5 @@ TEST_F(TrainerPrecisionTest, ANonFiniteStepStopsTheRunBeforeItsUpdateAndCheckpoi
   EXPECT_EQ(saved->chosen->step, 2);
 }
 
-// ZeRO-1 reduce-scatters its gradients in f32: asking it for a bf16 wire is refused, by name.
-TEST_F(TrainerPrecisionTest, ABf16WireWithZeroOneIsRefused) {
-  TrainConfig config = small_config(1, Precision::kFp32);
-  config.train.zero = 1;
-  config.train.grad_reduce = Precision::kBf16;
-  Status status;
-  EXPECT_TRUE(run(config, quiet_options(), &status).empty());
-  EXPECT_TRUE(status.is_invalid_argument()) << status.to_string();
-  EXPECT_NE(status.to_string().find("train.grad_reduce bf16 is for plain data parallelism"),
-            std::string::npos)
-      << status.to_string();
-}
-
 }  // namespace
 }  // namespace kiln::train
