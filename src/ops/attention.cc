@@ -21,12 +21,9 @@ Status check_like_q(const char* op, const char* name, const TensorView& t, const
   return expect_unit_inner_stride(op, name, t);
 }
 
-// q's own checks (f32, or bf16 where this CPU has bf16 matmuls), the head dimension's range and
+// q's own checks (f32 or bf16), the head dimension's range and
 // the scale; fills in nothing.
 Status check_q(const char* op, const TensorView& q, float scale) {
-  if (q.dtype == DType::kBF16) {
-    KILN_RETURN_IF_ERROR(bf16_matmul_available().with_context(op));
-  }
   KILN_RETURN_IF_ERROR(expect_shape(
       op, "q", q, q.dtype == DType::kBF16 ? DType::kBF16 : DType::kF32, {-1, -1, -1, -1}));
   KILN_RETURN_IF_ERROR(expect_unit_inner_stride(op, "q", q));

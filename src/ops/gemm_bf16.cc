@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <cstring>
 #include <exception>
 #include <list>
 #include <memory>
@@ -16,6 +17,8 @@
 #include <vector>
 
 #include <kiln/base/check.h>
+
+#include "ops/gemm_call.h"
 
 namespace kiln::ops {
 namespace {
@@ -131,8 +134,8 @@ class PrimitiveCache {
 };
 
 struct Probe {
-  Status status;
-  std::string kernel;
+  std::string kernel;         // oneDNN's, or kBf16WidenedKernel
+  std::string widened_since;  // oneDNN's refusal of this CPU; "" when it has a bf16 matmul
 };
 
 Probe probe() {
@@ -146,10 +149,9 @@ Probe probe() {
     const dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(a, b, c), cpu_engine());
     p.kernel = pd.impl_info_str();
   } catch (const dnnl::error& e) {
-    p.status = Status::not_supported(
-        std::string("bf16 matrix products: oneDNN has no bf16 matmul for this CPU (it needs "
-                    "AVX-512): ") +
-        e.what());
+    p.kernel = std::string(kBf16WidenedKernel);
+    p.widened_since =
+        std::string("oneDNN has no bf16 matmul for this CPU (it needs AVX-512): ") + e.what();
   }
   return p;
 }
@@ -170,6 +172,46 @@ PrimitiveCache& thread_cache() {
 PackedBUse& thread_packed_use() {
   thread_local PackedBUse use;
   return use;
+}
+
+// Whether GEMMs of a Context with `isa` widen their operands (gemm_bf16.h).
+bool widened(CpuIsa isa) {
+  return isa != CpuIsa::kAvx512 || !process_probe().widened_since.empty();
+}
+
+// bf16 -> f32, exactly: the bf16 bits are the high half of the f32's.
+inline float widen(uint16_t h) {
+  uint32_t u = static_cast<uint32_t>(h) << 16;
+  float f;
+  std::memcpy(&f, &u, sizeof f);
+  return f;
+}
+
+// Widens the `rows` x `cols` matrix at `src` (rows ld apart) into `dst` (dense, cols apart).
+void widen_matrix(const uint16_t* src, int64_t ld, int64_t rows, int64_t cols, float* dst) {
+  for (int64_t r = 0; r < rows; ++r) {
+    const uint16_t* in = src + r * ld;
+    float* out = dst + r * cols;
+    for (int64_t j = 0; j < cols; ++j)
+      out[j] = widen(in[j]);
+  }
+}
+
+// The calling thread's f32 copies of a widened call's A and B: grown to the largest call's
+// operands (bounded by the callers' blocks: matmul.cc's rows and spans, attention's blocks) and
+// kept, so a loop of GEMMs allocates nothing after its first step.
+struct WidenedScratch {
+  std::vector<float> a, b;
+};
+
+WidenedScratch& widened_scratch() {
+  thread_local WidenedScratch scratch;
+  return scratch;
+}
+
+float* grown(std::vector<float>* v, int64_t count) {
+  if (v->size() < static_cast<size_t>(count)) v->resize(static_cast<size_t>(count));
+  return v->data();
 }
 
 // What pack_b needs for one shape of op(B): the layout a kPackedRows-row call reads, and the
@@ -221,7 +263,9 @@ PackPrepared& pack_prepared(const PackKey& key) {
 
 }  // namespace
 
+// oneDNN's layout, or (widened) op(B) as f32, k x n, row major.
 struct PackedB::Layout {
+  bool widened = false;
   memory::desc desc;
 };
 
@@ -234,12 +278,18 @@ size_t PackedB::bytes() const {
   return bytes_;
 }
 
-Result<size_t> layout_b(bool trans_b, int64_t k, int64_t n, int64_t ldb, PackedB* out) {
+Result<size_t> layout_b(CpuIsa isa, bool trans_b, int64_t k, int64_t n, int64_t ldb, PackedB* out) {
   if (omp_get_max_threads() != 1) omp_set_num_threads(1);
   out->data_ = nullptr;
   out->bytes_ = 0;
   try {
     if (out->layout_ == nullptr) out->layout_ = std::make_unique<PackedB::Layout>();
+    out->layout_->widened = widened(isa);
+    if (out->layout_->widened) {
+      out->layout_->desc = memory::desc();
+      out->bytes_ = static_cast<size_t>(k * n) * sizeof(float);
+      return out->bytes_;
+    }
     out->layout_->desc = pack_prepared(PackKey{trans_b, k, n, ldb}).packed;
   } catch (const std::bad_alloc&) {
     out->layout_.reset();
@@ -261,6 +311,21 @@ void place_b(char* data, PackedB* out) {
 }
 
 void pack_b(bool trans_b, int64_t k, int64_t n, const uint16_t* b, int64_t ldb, PackedB* out) {
+  KILN_CHECK(out->layout_ != nullptr && out->data_ != nullptr)
+      << "pack_b before layout_b and place_b of k=" << k << " n=" << n;
+  if (out->layout_->widened) {
+    auto* dst = reinterpret_cast<float*>(out->data_);
+    if (!trans_b) {
+      widen_matrix(b, ldb, k, n, dst);
+      return;
+    }
+    for (int64_t j = 0; j < n; ++j) {  // stored n x k: column j of op(B) is row j of b
+      const uint16_t* row = b + j * ldb;
+      for (int64_t r = 0; r < k; ++r)
+        dst[r * n + j] = widen(row[r]);
+    }
+    return;
+  }
   if (omp_get_max_threads() != 1) omp_set_num_threads(1);
   try {
     PackPrepared& p = pack_prepared(PackKey{trans_b, k, n, ldb});
@@ -291,19 +356,78 @@ std::vector<std::string> bf16_gemm_kernels_run_here() {
   return thread_cache().kernels();
 }
 
-Status bf16_gemm_available() {
-  return process_probe().status;
+std::string bf16_gemm_kernel(CpuIsa isa) {
+  return widened(isa) ? std::string(kBf16WidenedKernel) : process_probe().kernel;
 }
 
-std::string bf16_gemm_kernel() {
-  return process_probe().status.ok() ? process_probe().kernel : std::string();
+std::string bf16_gemm_widened_reason() {
+  return process_probe().widened_since;
 }
 
-void bgemm_single_threaded(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k,
-                           const uint16_t* a, int64_t lda, const uint16_t* b, int64_t ldb,
-                           const float* bias, float beta, float* c, int64_t ldc,
+namespace {
+
+// The widened path of bgemm_single_threaded (gemm_bf16.h).
+void widened_gemm(const Context& ctx, bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k,
+                  const uint16_t* a, int64_t lda, const uint16_t* b, int64_t ldb, const float* bias,
+                  float beta, float* c, int64_t ldc, bool has_pack, const float* packed_wide) {
+  WidenedScratch& scratch = widened_scratch();
+  const float* wa = nullptr;
+  const float* wb = nullptr;
+  int64_t wlda = 0, wldb = 0;
+  bool wtrans_b = trans_b;
+  try {
+    // A as stored: m x k, or k x m when trans_a; dense.
+    const int64_t a_rows = trans_a ? k : m, a_cols = trans_a ? m : k;
+    float* da = grown(&scratch.a, a_rows * a_cols);
+    widen_matrix(a, lda, a_rows, a_cols, da);
+    wa = da, wlda = a_cols;
+    if (packed_wide != nullptr) {
+      wb = packed_wide, wldb = n, wtrans_b = false;
+      ++thread_packed_use().read_packed;
+    } else {
+      if (has_pack) ++thread_packed_use().read_plain;
+      const int64_t b_rows = trans_b ? n : k, b_cols = trans_b ? k : n;
+      float* db = grown(&scratch.b, b_rows * b_cols);
+      widen_matrix(b, ldb, b_rows, b_cols, db);
+      wb = db, wldb = b_cols;
+    }
+  } catch (const std::bad_alloc&) {
+    KILN_CHECK(false) << "bf16 matmul widened to f32 m=" << m << " n=" << n << " k=" << k
+                      << ": out of memory for the f32 operands";
+  }
+  // The bias: C starts as it (beta 0) or gets it added after the product (beta 1).
+  float c_beta = beta;
+  if (bias != nullptr && beta == 0.0f) {
+    for (int64_t r = 0; r < m; ++r)
+      std::memcpy(c + r * ldc, bias, static_cast<size_t>(n) * sizeof(float));
+    c_beta = 1.0f;
+  }
+  sgemm_single_threaded(ctx.gemm, trans_a, wtrans_b, m, n, k, wa, wlda, wb, wldb, c_beta, c, ldc);
+  if (bias != nullptr && beta != 0.0f) {
+    for (int64_t r = 0; r < m; ++r) {
+      float* row = c + r * ldc;
+      for (int64_t j = 0; j < n; ++j)
+        row[j] += bias[j];
+    }
+  }
+}
+
+}  // namespace
+
+void bgemm_single_threaded(const Context& ctx, bool trans_a, bool trans_b, int64_t m, int64_t n,
+                           int64_t k, const uint16_t* a, int64_t lda, const uint16_t* b,
+                           int64_t ldb, const float* bias, float beta, float* c, int64_t ldc,
                            const PackedB* packed_b) {
   KILN_CHECK(beta == 0.0f || beta == 1.0f) << "bgemm beta " << beta;
+  if (widened(ctx.isa)) {
+    // A pack is read when it was laid out for this path (a oneDNN layout is not).
+    const bool readable = packed_b != nullptr && packed_b->layout_ != nullptr &&
+                          packed_b->layout_->widened && packed_b->data_ != nullptr;
+    widened_gemm(ctx, trans_a, trans_b, m, n, k, a, lda, b, ldb, bias, beta, c, ldc,
+                 packed_b != nullptr,
+                 readable ? reinterpret_cast<const float*>(packed_b->data_) : nullptr);
+    return;
+  }
   // As gemm_call.cc: one OpenMP thread under each of kiln_ops' tasks (the setting is the
   // calling thread's own).
   if (omp_get_max_threads() != 1) omp_set_num_threads(1);
@@ -313,7 +437,9 @@ void bgemm_single_threaded(bool trans_a, bool trans_b, int64_t m, int64_t n, int
     thread_local dnnl::stream stream(cpu_engine());
     const void* b_data = b;
     Prepared* prepared = nullptr;
-    if (packed_b != nullptr && packed_b->layout_ != nullptr) {
+    if (packed_b != nullptr && (packed_b->layout_ == nullptr || packed_b->layout_->widened)) {
+      ++thread_packed_use().read_plain;  // a pack for the widened path: not this call's layout
+    } else if (packed_b != nullptr) {
       key.packed = true;
       prepared = &thread_cache().get(key);
       if (packed_b->data_ != nullptr && prepared->b == packed_b->layout_->desc) {

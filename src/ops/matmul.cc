@@ -131,8 +131,9 @@ PackedPieces call_grid(const Gemm& g) {
 // own GEMMs (n and k up to 3,072) already ran at 1,200-1,450. The span is GPT-2's largest such
 // extent (4C), fixed: the calls, and so the order of every sum, do not depend on the CPU or on
 // the thread count.
-void run_bf16_block(const Gemm& g, const uint16_t* a, int64_t lda, int64_t m0, int64_t m1,
-                    int64_t n0, int64_t n1, const float* bias, float* scratch, uint16_t* a_span) {
+void run_bf16_block(const Gemm& g, const Context& ctx, const uint16_t* a, int64_t lda, int64_t m0,
+                    int64_t m1, int64_t n0, int64_t n1, const float* bias, float* scratch,
+                    uint16_t* a_span) {
   const int64_t rows = m1 - m0;
   // op(B) rows [k0, k0 + kw), columns [c0, c0 + cw).
   const auto b_at = [&](int64_t k0, int64_t c0) {
@@ -156,7 +157,7 @@ void run_bf16_block(const Gemm& g, const uint16_t* a, int64_t lda, int64_t m0, i
               ? &g.packed->pieces[static_cast<size_t>(k0 / g.packed->k_span * g.packed->n_count +
                                                       c0 / g.packed->n_span)]
               : nullptr;
-      bgemm_single_threaded(g.trans_a, g.trans_b, rows, cw, kw, ak, ldak, b_at(k0, c0), g.ldb,
+      bgemm_single_threaded(ctx, g.trans_a, g.trans_b, rows, cw, kw, ak, ldak, b_at(k0, c0), g.ldb,
                             k0 == 0 && bias != nullptr ? bias + c0 : nullptr, k0 == 0 ? beta : 1.0f,
                             c, ldc, piece);
     }
@@ -228,7 +229,7 @@ Status run_bf16_gemm(const Gemm& given, const float* bias, const Context& ctx) {
       a = pack, lda = width;
     }
     run_bf16_block(
-        g, a, lda, m0, m1, n0, n1, bias,
+        g, ctx, a, lda, m0, m1, n0, n1, bias,
         wide ? reinterpret_cast<float*>(mine + pack_bytes) : nullptr,
         span_bytes > 0 ? reinterpret_cast<uint16_t*>(mine + pack_bytes + scratch_bytes) : nullptr);
   });
@@ -276,9 +277,6 @@ Result<DType> input_dtype(const char* op, const TensorView& x) {
   if (x.dtype != DType::kF32 && x.dtype != DType::kBF16) {
     return Status::invalid_argument(std::string(op) + ": x (" + x.describe() +
                                     ") must be f32 or bf16");
-  }
-  if (x.dtype == DType::kBF16) {
-    KILN_RETURN_IF_ERROR(bf16_gemm_available().with_context(op));
   }
   return x.dtype;
 }
@@ -357,7 +355,7 @@ namespace {
 
 // Lays out w's pieces for both roles in `impl` and gives them memory from its arena, grown only
 // when it is too small. kUnavailable (naming `name`) when the memory cannot be had.
-Status lay_out_pieces(const TensorView& w, const char* name, PackedWeight::Impl& impl) {
+Status lay_out_pieces(CpuIsa isa, const TensorView& w, const char* name, PackedWeight::Impl& impl) {
   const bool empty = w.shape[0] == 0 || w.shape[1] == 0;
   const auto aligned = [](size_t bytes) { return (bytes + 63) / 64 * 64; };
   size_t total = 0;
@@ -370,8 +368,8 @@ Status lay_out_pieces(const TensorView& w, const char* name, PackedWeight::Impl&
     role.pieces = std::move(pieces);
     for (int64_t index = 0; index < role.k_count * role.n_count; ++index) {
       const Piece piece = piece_of(role, g, index);
-      Result<size_t> bytes =
-          layout_b(g.trans_b, piece.kw, piece.cw, g.ldb, &role.pieces[static_cast<size_t>(index)]);
+      Result<size_t> bytes = layout_b(isa, g.trans_b, piece.kw, piece.cw, g.ldb,
+                                      &role.pieces[static_cast<size_t>(index)]);
       if (!bytes.ok()) return bytes.status().with_context(name);
       total += aligned(*bytes);
     }
@@ -417,7 +415,6 @@ Status pack_bf16_weights(std::span<const TensorView> w, std::span<PackedWeight> 
   for (PackedWeight& o : out) {
     if (o.impl_ != nullptr) o.impl_->data = nullptr;
   }
-  KILN_RETURN_IF_ERROR(bf16_gemm_available().with_context(kOp));
   for (size_t i = 0; i < w.size(); ++i) {
     char name[32];
     std::snprintf(name, sizeof(name), "w[%zu]", i);
@@ -433,7 +430,7 @@ Status pack_bf16_weights(std::span<const TensorView> w, std::span<PackedWeight> 
     impl.rows = w[i].shape[0], impl.cols = w[i].shape[1], impl.ld = w[i].stride[0];
     char name[64];
     std::snprintf(name, sizeof(name), "%s w[%zu]", kOp, i);
-    KILN_RETURN_IF_ERROR(lay_out_pieces(w[i], name, impl));
+    KILN_RETURN_IF_ERROR(lay_out_pieces(ctx.isa, w[i], name, impl));
     total += impl.forward.k_count * impl.forward.n_count +
              impl.input_grad.k_count * impl.input_grad.n_count;
   }
@@ -461,12 +458,12 @@ Status pack_bf16_weights(std::span<const TensorView> w, std::span<PackedWeight> 
   return Status();
 }
 
-Status bf16_matmul_available() {
-  return bf16_gemm_available();
+std::string bf16_matmul_kernel(CpuIsa isa) {
+  return bf16_gemm_kernel(isa);
 }
 
-std::string bf16_matmul_kernel() {
-  return bf16_gemm_kernel();
+std::string bf16_matmul_widened_reason() {
+  return bf16_gemm_widened_reason();
 }
 
 Status matmul_forward(const MatmulParams& p, const Context& ctx) {

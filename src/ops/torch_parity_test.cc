@@ -559,13 +559,11 @@ TEST(TorchParityTest, OptimizedOpsMatchPyTorchInFloat64) {
 
 // FlashAttention's rule for a low-precision kernel: its error against the exact answer is at most
 // 2x that of the same-precision PyTorch computation. Kiln's attention with bf16 q, k, v and dout
-// (products on the bf16 units through oneDNN, softmax in f32) against PyTorch 1.13's explicit
+// (products on the bf16 units through oneDNN, or widened to f32 on a CPU without AVX-512; softmax
+// in f32) against PyTorch 1.13's explicit
 // math path on bfloat16 tensors, both measured against float64 on the same bf16 inputs, as the
 // largest error over the largest magnitude of each output (o, dq, dk, dv).
 TEST(TorchParityTest, Bf16AttentionErrsAtMostTwiceAsMuchAsPyTorchInBf16) {
-  if (!bf16_matmul_available().ok()) {
-    GTEST_SKIP() << "no bf16 matmul on this CPU: " << bf16_matmul_available().to_string();
-  }
   Inputs in(20261206);
   std::vector<ParityCase> cases;
   struct Shape {

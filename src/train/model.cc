@@ -82,7 +82,6 @@ Result<Gpt2> Gpt2::create(const ModelConfig& config, int batch, int seq, MomentA
   KILN_ASSIGN_OR_RETURN(s->act_arena, make_arena<float>(s->act_floats, "activation"));
   s->precision = precision;
   if (precision == Precision::kBf16) {
-    KILN_RETURN_IF_ERROR(ops::bf16_matmul_available().with_context("gpt2 in bf16"));
     gpt2_act16_layout(config, batch, seq, &s->layer_acts16, &s->acts16, &s->act16_halves);
     KILN_ASSIGN_OR_RETURN(s->weight16_arena, make_arena<uint16_t>(s->param_floats, "bf16 weight"));
     KILN_ASSIGN_OR_RETURN(s->act16_arena, make_arena<uint16_t>(s->act16_halves, "bf16 activation"));

@@ -51,8 +51,14 @@ Status gpt2_init_packed_weights(Gpt2::State& s, WeightPacking packing) {
   add(s.param(kWteParam), s.config.padded_vocab(), C);  // the head's, pad rows included
   s.packed.resize(s.packed_views.size());
   s.packed_stale = true;
-  // Single-threaded (create() has no pool): one pass over the bf16 weights.
-  return ops::pack_bf16_weights(s.packed_views, s.packed, ops::Context())
+  // Single-threaded (create() has no pool): one pass over the bf16 weights, which allocates the
+  // packs. Laid out for the path of the ISA a training Context takes (make_cpu_context's): the
+  // first forward packs again with its own Context (packed_stale), laying out anew only if that
+  // Context's path differs (gemm_bf16.h: oneDNN's layout at AVX-512, widened f32 below).
+  ops::Context ctx;
+  const Result<CpuIsa> isa = ops::ops_isa_from_environment();
+  ctx.isa = isa.ok() ? *isa : ops::supported_isas().back();
+  return ops::pack_bf16_weights(s.packed_views, s.packed, ctx)
       .with_context("gpt2 packed bf16 weights");
 }
 

@@ -92,9 +92,6 @@ void on_a_fresh_thread(int batch, int seq, WeightPacking packing) {
 }
 
 TEST(ModelPrecisionTest, APackedBf16ModelComputesWithTheWeightsItHoldsAfterEachUpdate) {
-  if (!ops::bf16_matmul_available().ok()) {
-    GTEST_SKIP() << "no bf16 matmul on this CPU: " << ops::bf16_matmul_available().to_string();
-  }
   // Packed by kAuto's threshold, and by kAlways below it.
   on_a_fresh_thread(kBatch, kSeq, WeightPacking::kAuto);
   on_a_fresh_thread(2, 64, WeightPacking::kAlways);

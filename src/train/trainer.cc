@@ -233,11 +233,21 @@ Result<TrainSummary> train(const TrainConfig& config, const TrainerOptions& opti
   }
 
   if (h.precision == Precision::kBf16) {
-    // oneDNN's kernel for a GPT-2-sized block. Without AMX its bf16 kernels ran slower than
-    // fp32 where they could be compared (an Intel Xeon with oneDNN capped at AVX512-BF16:
-    // docs/PERFORMANCE.md), so a run there is told to compare.
-    const std::string kernel = ops::bf16_matmul_kernel();
-    if (kernel.find("amx") == std::string::npos) {
+    // oneDNN's kernel for a GPT-2-sized block, or the widened path. Without AMX oneDNN's bf16
+    // kernels ran slower than fp32 where they could be compared (an Intel Xeon with oneDNN capped
+    // at AVX512-BF16: docs/PERFORMANCE.md), and widened products are f32 GEMMs with conversions
+    // added, so a run on either is told to compare.
+    const std::string kernel = ops::bf16_matmul_kernel(ctx.isa);
+    if (kernel == ops::kBf16WidenedKernel) {
+      const std::string why = ops::bf16_matmul_widened_reason();
+      log.warn(
+          "bf16 matrix products are widened to f32 here (no bf16 arithmetic at this ISA): the "
+          "same values as on bf16 units, not their speed; compare a few steps with --precision "
+          "fp32",
+          {{"kernel", kernel},
+           {"isa", cpu_isa_name(ctx.isa)},
+           {"why", why.empty() ? "the ISA is below AVX-512 (--isa)" : why}});
+    } else if (kernel.find("amx") == std::string::npos) {
       log.warn(
           "bf16 matrix products run without AMX on this CPU; oneDNN's AVX512-BF16 kernels were "
           "slower than fp32 where measured: compare a few steps with --precision fp32",

@@ -41,9 +41,6 @@ class TrainerPrecisionTest : public ::testing::Test {
       ASSERT_TRUE(std::filesystem::exists(dir + "/.complete"))
           << dir << " is missing: run scripts/fetch-data";
     }
-    if (!ops::bf16_matmul_available().ok()) {
-      GTEST_SKIP() << "no bf16 matmul on this CPU: " << ops::bf16_matmul_available().to_string();
-    }
   }
 
   static std::vector<StepReport> run(const TrainConfig& config, const TrainerOptions& options,

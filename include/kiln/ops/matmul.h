@@ -25,6 +25,7 @@
 #include <memory>
 #include <span>
 #include <string>
+#include <string_view>
 
 #include <kiln/base/status.h>
 #include <kiln/ops/context.h>
@@ -61,7 +62,8 @@ class PackedWeight {
 // Packs each bf16 w[i] (N, K, unit inner stride) into out[i] (the same count), the pieces of
 // all of them split over ctx's pool; out[i] keeps its memory when it already holds as much (so a
 // training loop's packs allocate Kiln memory only on the first step; libdnnl may allocate
-// inside a call). kNotSupported without a bf16 matmul on this CPU; kInvalidArgument naming a w[i]
+// inside a call). The pieces are laid out for ctx's path (bf16_matmul_kernel(ctx.isa)): a matmul
+// of the other path reads w instead. kInvalidArgument naming a w[i]
 // that is not a bf16 matrix; kUnavailable, naming the weight, when its memory cannot be had. A
 // failed call leaves every out[i] empty (a matmul refuses it) until a call succeeds.
 Status pack_bf16_weights(std::span<const TensorView> w, std::span<PackedWeight> out,
@@ -90,10 +92,14 @@ struct MatmulBackwardParams {
 };
 Status matmul_backward(const MatmulBackwardParams& p, const Context& ctx);
 
-// OK iff matmuls with bf16 inputs run on this CPU; else kNotSupported saying why.
-Status bf16_matmul_available();
-// The kernel they run ("brg:avx512_core_amx_bf16", oneDNN's name), or "" when not available.
-std::string bf16_matmul_kernel();
+// What matmuls with bf16 inputs run with a Context of `isa`: oneDNN's kernel on AVX-512
+// ("brg:avx512_core_amx_bf16", oneDNN's name), or "widened to f32" (the operands widened to f32
+// for the Context's f32 GEMM library: AVX2 and scalar, which have no bf16 arithmetic, and
+// AVX-512 where oneDNN has no bf16 matmul). Both give the f32 sums of the exact bf16 products.
+std::string bf16_matmul_kernel(CpuIsa isa);
+inline constexpr std::string_view kBf16WidenedKernel = "widened to f32";
+// Why an AVX-512 Context's bf16 matmuls are widened on this CPU, or "" when they are not.
+std::string bf16_matmul_widened_reason();
 
 }  // namespace kiln::ops
 

@@ -154,6 +154,15 @@ uint64_t case_seed(uint64_t seed, std::string_view op, int index) {
 
 namespace {
 
+// The ops-check row's name for what a bf16 matmul of (isa, gemm) runs on.
+std::string bf16_gemm_name(CpuIsa isa, GemmLibrary gemm) {
+  const std::string kernel = bf16_matmul_kernel(isa);
+  if (kernel == kBf16WidenedKernel) {
+    return "bf16 " + kernel + " (" + std::string(gemm_library_name(gemm)) + ")";
+  }
+  return "onednn bf16 (" + kernel + ")";
+}
+
 constexpr double kInfinity = std::numeric_limits<double>::infinity();
 
 // The error of one element: 0 when identical (NaN matches NaN: untouched gaps and outputs the
@@ -501,7 +510,7 @@ std::vector<OpCheckRow> check_op_family(OpFamily family, const OpTable& ops, Cpu
     rows.push_back(check::run_case(c, ctx, c.tolerance ? *c.tolerance : op_tolerance(c.op)));
     if (family == OpFamily::kMatmul) {
       rows.back().gemm = c.shape.find(" bf16") != std::string::npos
-                             ? "onednn bf16 (" + bf16_matmul_kernel() + ")"
+                             ? check::bf16_gemm_name(isa, gemm)
                              : std::string(gemm_library_name(gemm));
     }
   }
