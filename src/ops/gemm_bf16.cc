@@ -197,9 +197,16 @@ void widen_matrix(const uint16_t* src, int64_t ld, int64_t rows, int64_t cols, f
   }
 }
 
-// The calling thread's f32 copies of a widened call's A and B: grown to the largest call's
-// operands (bounded by the callers' blocks: matmul.cc's rows and spans, attention's blocks) and
-// kept, so a loop of GEMMs allocates nothing after its first step.
+// The reduction a widened call widens and multiplies at a time. Its f32 copies of A and B hold
+// (m + n) x this many floats whatever the reduction's length (a weight gradient's is the step's
+// tokens), so they are bounded by the callers' m and n: matmul.cc's at most 128 rows (or columns)
+// by at most kBf16Span (3,072) columns, attention's 64 queries by T keys or T keys by D. Long
+// enough that the f32 library runs at its speed (its own blocking of the reduction is shorter).
+constexpr int64_t kWidenedSpan = 512;
+
+// The calling thread's f32 copies of a widened call's A and B (a kWidenedSpan of the reduction
+// each), grown to the largest call's and kept, so a loop of GEMMs allocates nothing after its
+// first step.
 struct WidenedScratch {
   std::vector<float> a, b;
 };
@@ -371,29 +378,20 @@ void widened_gemm(const Context& ctx, bool trans_a, bool trans_b, int64_t m, int
                   const uint16_t* a, int64_t lda, const uint16_t* b, int64_t ldb, const float* bias,
                   float beta, float* c, int64_t ldc, bool has_pack, const float* packed_wide) {
   WidenedScratch& scratch = widened_scratch();
-  const float* wa = nullptr;
-  const float* wb = nullptr;
-  int64_t wlda = 0, wldb = 0;
-  bool wtrans_b = trans_b;
+  float* da = nullptr;
+  float* db = nullptr;
+  const int64_t span = std::min(k, kWidenedSpan);
   try {
-    // A as stored: m x k, or k x m when trans_a; dense.
-    const int64_t a_rows = trans_a ? k : m, a_cols = trans_a ? m : k;
-    float* da = grown(&scratch.a, a_rows * a_cols);
-    widen_matrix(a, lda, a_rows, a_cols, da);
-    wa = da, wlda = a_cols;
-    if (packed_wide != nullptr) {
-      wb = packed_wide, wldb = n, wtrans_b = false;
-      ++thread_packed_use().read_packed;
-    } else {
-      if (has_pack) ++thread_packed_use().read_plain;
-      const int64_t b_rows = trans_b ? n : k, b_cols = trans_b ? k : n;
-      float* db = grown(&scratch.b, b_rows * b_cols);
-      widen_matrix(b, ldb, b_rows, b_cols, db);
-      wb = db, wldb = b_cols;
-    }
+    da = grown(&scratch.a, m * span);
+    if (packed_wide == nullptr) db = grown(&scratch.b, n * span);
   } catch (const std::bad_alloc&) {
     KILN_CHECK(false) << "bf16 matmul widened to f32 m=" << m << " n=" << n << " k=" << k
-                      << ": out of memory for the f32 operands";
+                      << ": out of memory for " << (m + n) * span << " floats of f32 operands";
+  }
+  if (packed_wide != nullptr) {
+    ++thread_packed_use().read_packed;
+  } else if (has_pack) {
+    ++thread_packed_use().read_plain;
   }
   // The bias: C starts as it (beta 0) or gets it added after the product (beta 1).
   float c_beta = beta;
@@ -402,7 +400,27 @@ void widened_gemm(const Context& ctx, bool trans_a, bool trans_b, int64_t m, int
       std::memcpy(c + r * ldc, bias, static_cast<size_t>(n) * sizeof(float));
     c_beta = 1.0f;
   }
-  sgemm_single_threaded(ctx.gemm, trans_a, wtrans_b, m, n, k, wa, wlda, wb, wldb, c_beta, c, ldc);
+  // op(A)'s columns and op(B)'s rows [k0, k0 + kw), widened as stored (dense), then C += their
+  // product (C = on the first span when beta and the bias are 0).
+  for (int64_t k0 = 0; k0 < k; k0 += kWidenedSpan) {
+    const int64_t kw = std::min(k, k0 + kWidenedSpan) - k0;
+    if (trans_a) {  // stored k x m
+      widen_matrix(a + k0 * lda, lda, kw, m, da);
+    } else {  // stored m x k
+      widen_matrix(a + k0, lda, m, kw, da);
+    }
+    const float* wb = packed_wide != nullptr ? packed_wide + k0 * n : db;
+    bool wtrans_b = false;
+    int64_t wldb = n;
+    if (packed_wide == nullptr && trans_b) {  // stored n x k
+      widen_matrix(b + k0, ldb, n, kw, db);
+      wtrans_b = true, wldb = kw;
+    } else if (packed_wide == nullptr) {  // stored k x n
+      widen_matrix(b + k0 * ldb, ldb, kw, n, db);
+    }
+    sgemm_single_threaded(ctx.gemm, trans_a, wtrans_b, m, n, kw, da, trans_a ? m : kw, wb, wldb,
+                          k0 == 0 ? c_beta : 1.0f, c, ldc);
+  }
   if (bias != nullptr && beta != 0.0f) {
     for (int64_t r = 0; r < m; ++r) {
       float* row = c + r * ldc;

@@ -25,8 +25,9 @@
 //
 // A oneDNN primitive is built per shape, strides, bias and beta, and kept per calling thread (a
 // bounded cache: a training step uses a few dozen shapes), so a loop of GEMMs builds nothing
-// after its first step. The widened path's scratch is per calling thread too, grown to the
-// largest call's operands and kept.
+// after its first step. The widened path's scratch is per calling thread too: f32 copies of a
+// 512-long span of the reduction at a time ((m + n) x 512 floats), grown to the largest call's
+// and kept.
 #ifndef KILN_OPS_GEMM_BF16_H_
 #define KILN_OPS_GEMM_BF16_H_
 
@@ -97,7 +98,7 @@ Result<size_t> layout_b(CpuIsa isa, bool trans_b, int64_t k, int64_t n, int64_t 
 void place_b(char* data, PackedB* out);
 
 // Lays out op(B), b's values, into *out's memory, single-threaded, allocating nothing.
-// REQUIRES: layout_b(trans_b, k, n, ldb, out) succeeded, then place_b.
+// REQUIRES: layout_b(isa, trans_b, k, n, ldb, out) succeeded, then place_b.
 void pack_b(bool trans_b, int64_t k, int64_t n, const uint16_t* b, int64_t ldb, PackedB* out);
 
 // The path and, when widened, the f32 library are ctx's (ctx.isa, ctx.gemm); ctx's pool is not

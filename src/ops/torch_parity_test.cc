@@ -559,7 +559,7 @@ TEST(TorchParityTest, OptimizedOpsMatchPyTorchInFloat64) {
 
 // FlashAttention's rule for a low-precision kernel: its error against the exact answer is at most
 // 2x that of the same-precision PyTorch computation. Kiln's attention with bf16 q, k, v and dout
-// (products on the bf16 units through oneDNN, or widened to f32 on a CPU without AVX-512; softmax
+// (products on the bf16 units through oneDNN, and widened to f32: each path this CPU has; softmax
 // in f32) against PyTorch 1.13's explicit
 // math path on bfloat16 tensors, both measured against float64 on the same bf16 inputs, as the
 // largest error over the largest magnitude of each output (o, dq, dk, dv).
@@ -575,7 +575,6 @@ TEST(TorchParityTest, Bf16AttentionErrsAtMostTwiceAsMuchAsPyTorchInBf16) {
                          Shape{"attention_bf16_full", 1, 100, 2, false}}) {
     constexpr int64_t D = 64;
     const int64_t n = s.B * s.T * s.H * D;
-    ParityCase c = named_case(s.name, "attention_bf16");
     // Inputs rounded to bf16 (values both sides take exactly); Kiln reads the bf16 copies.
     auto rounded = [&](std::vector<float> v, std::vector<uint16_t>* half) {
       half->resize(v.size());
@@ -592,28 +591,38 @@ TEST(TorchParityTest, Bf16AttentionErrsAtMostTwiceAsMuchAsPyTorchInBf16) {
     std::vector<uint16_t> q16, k16, v16, dout16;
     auto q = rounded(in.uniform(n, -2, 2), &q16), k = rounded(in.uniform(n, -2, 2), &k16);
     auto v = rounded(in.uniform(n, -2, 2), &v16), dout = rounded(in.uniform(n, -1, 1), &dout16);
-    std::vector<float> o(n), lse(s.B * s.H * s.T), dq(n), dk(n), dv(n);
     auto half = [&](std::vector<uint16_t>& t) {
       return TensorView::of(t.data(), DType::kBF16, {s.B, s.T, s.H, D});
     };
     auto full = [&](std::vector<float>& t) {
       return TensorView::f32(t.data(), {s.B, s.T, s.H, D});
     };
-    const Context ctx = best_context();
-    AttentionParams f{
-        half(q16), half(k16), half(v16), full(o), TensorView::f32(lse.data(), {s.B, s.H, s.T}),
-        s.causal,  0.0f};
-    EXPECT_TRUE(attention_forward(f, ctx).ok());
-    AttentionBackwardParams b{half(q16), half(k16), half(v16), full(o),  f.lse, half(dout16),
-                              full(dq),  full(dk),  full(dv),  s.causal, 0.0f};
-    EXPECT_TRUE(attention_backward(b, ctx).ok());
-    c.params = {{"causal", s.causal}, {"scale", 0.0}};
-    c.f32_inputs = {{"q", {{s.B, s.T, s.H, D}, q}},
-                    {"k", {{s.B, s.T, s.H, D}, k}},
-                    {"v", {{s.B, s.T, s.H, D}, v}},
-                    {"dout", {{s.B, s.T, s.H, D}, dout}}};
-    c.outputs = {{"o", o}, {"dq", dq}, {"dk", dk}, {"dv", dv}};
-    cases.push_back(std::move(c));
+    // Each bf16 GEMM path this CPU has (matmul.h): the best ISA's, and, where that is oneDNN's,
+    // the widened one of AVX2 too.
+    std::vector<CpuIsa> paths{supported_isas().back()};
+    if (bf16_matmul_kernel(paths[0]) != kBf16WidenedKernel) paths.push_back(CpuIsa::kAvx2);
+    for (const CpuIsa isa : paths) {
+      const bool widened = bf16_matmul_kernel(isa) == kBf16WidenedKernel;
+      ParityCase c =
+          named_case(std::string(s.name) + (widened ? "_widened" : "_onednn"), "attention_bf16");
+      std::vector<float> o(n), lse(s.B * s.H * s.T), dq(n), dk(n), dv(n);
+      Context ctx;
+      ctx.isa = isa;
+      AttentionParams f{
+          half(q16), half(k16), half(v16), full(o), TensorView::f32(lse.data(), {s.B, s.H, s.T}),
+          s.causal,  0.0f};
+      EXPECT_TRUE(attention_forward(f, ctx).ok());
+      AttentionBackwardParams b{half(q16), half(k16), half(v16), full(o),  f.lse, half(dout16),
+                                full(dq),  full(dk),  full(dv),  s.causal, 0.0f};
+      EXPECT_TRUE(attention_backward(b, ctx).ok());
+      c.params = {{"causal", s.causal}, {"scale", 0.0}};
+      c.f32_inputs = {{"q", {{s.B, s.T, s.H, D}, q}},
+                      {"k", {{s.B, s.T, s.H, D}, k}},
+                      {"v", {{s.B, s.T, s.H, D}, v}},
+                      {"dout", {{s.B, s.T, s.H, D}, dout}}};
+      c.outputs = {{"o", o}, {"dq", dq}, {"dk", dk}, {"dv", dv}};
+      cases.push_back(std::move(c));
+    }
   }
   const std::string dir = kiln::testing::unique_temp_dir("torch-bf16");
   write_manifest(dir, cases);

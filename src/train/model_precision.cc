@@ -53,8 +53,9 @@ Status gpt2_init_packed_weights(Gpt2::State& s, WeightPacking packing) {
   s.packed_stale = true;
   // Single-threaded (create() has no pool): one pass over the bf16 weights, which allocates the
   // packs. Laid out for the path of the ISA a training Context takes (make_cpu_context's): the
-  // first forward packs again with its own Context (packed_stale), laying out anew only if that
-  // Context's path differs (gemm_bf16.h: oneDNN's layout at AVX-512, widened f32 below).
+  // first forward packs again with its own Context (packed_stale), in the same memory when its
+  // path is this one (gemm_bf16.h: oneDNN's layout at AVX-512, widened f32 below); a Context of
+  // another path lays out anew, and a larger layout grows the memory (it never shrinks).
   ops::Context ctx;
   const Result<CpuIsa> isa = ops::ops_isa_from_environment();
   ctx.isa = isa.ok() ? *isa : ops::supported_isas().back();

@@ -246,7 +246,7 @@ Result<TrainSummary> train(const TrainConfig& config, const TrainerOptions& opti
           "fp32",
           {{"kernel", kernel},
            {"isa", cpu_isa_name(ctx.isa)},
-           {"why", why.empty() ? "the ISA is below AVX-512 (--isa)" : why}});
+           {"why", why.empty() ? "the ISA is below AVX-512 (KILN_OPS_ISA)" : why}});
     } else if (kernel.find("amx") == std::string::npos) {
       log.warn(
           "bf16 matrix products run without AMX on this CPU; oneDNN's AVX512-BF16 kernels were "

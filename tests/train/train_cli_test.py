@@ -308,7 +308,7 @@ class TrainCliTest(unittest.TestCase):
         """--precision bf16 trains (its losses near fp32's, not equal), its weights export as
         BF16 with each value fp32's rounded to nearest even (checked by hand here), the bf16 file
         loads for sampling, and a precision that is neither is bad input naming the flag. On a
-        CPU without AVX-512 (and at --isa avx2 on one with it) the products are widened to f32,
+        CPU without AVX-512 (and with KILN_OPS_ISA=avx2 on one with it) the products are widened to f32,
         and the run says so."""
         fp32 = self.train_json("--max-steps", "3", "--val-every", "0",
                                "--export", self.path("fp32.safetensors"))

@@ -14,8 +14,9 @@
 // input. D is at most kAttentionHeadDimMax.
 //
 // Precision: q, k, v (and dout) are all f32 or all bf16; o, lse, dq, dk, dv are always f32. With
-// bf16 inputs the products run on the CPU's bf16 units through oneDNN (AMX tiles, or AVX512-BF16
-// dot products; kNotSupported without AVX-512) a block of 64 queries at a time, with the whole
+// bf16 inputs the products run, at AVX-512, on the CPU's bf16 units through oneDNN (AMX tiles, or
+// AVX512-BF16 dot products), and below it widened to f32 for the Context's library (matmul.h),
+// a block of 64 queries at a time, with the whole
 // row of scores held in f32 (scratch of 64 x T floats a thread, still linear in T) and an exact
 // f32 softmax; the probabilities and dS are rounded to bf16 for the products that take them, as
 // FlashAttention's bf16 kernels do.

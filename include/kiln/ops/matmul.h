@@ -11,8 +11,9 @@
 //
 // Precision: the inputs x, w (and dy) are all f32 or all bf16; the outputs y, dx, dw, the bias
 // and dbias are always f32. f32 inputs go through the Context's library (OpenBLAS or oneDNN's
-// sgemm); bf16 inputs through oneDNN's bf16 matmul (AMX tiles or AVX512-BF16 dot products where
-// the CPU has them; kNotSupported on a CPU without AVX-512). A bf16 product is computed exactly
+// sgemm); bf16 inputs, at AVX-512, through oneDNN's bf16 matmul (AMX tiles or AVX512-BF16 dot
+// products where the CPU has them), and below it widened to f32 for the Context's library
+// (bf16_matmul_kernel names the path). A bf16 product is computed exactly
 // and summed in f32, so a bf16 matmul is the f32 matmul of the bf16-rounded inputs up to the
 // order of the sums (mixed precision as PyTorch's autocast, with an f32 output). dbias sums a
 // bf16 dy in f32. Absent dx, dw or dbias are skipped. Parameter gradients (dw, dbias)
@@ -33,11 +34,12 @@
 
 namespace kiln::ops {
 
-// A bf16 weight w (N, K) laid out for the matrix units: for each oneDNN call the forward
-// (x @ w^T) and the input gradient (dy @ w) make, that call's op(w) in the blocked layout its
-// kernel reads. Without it oneDNN repacks w inside every call, a pass over w for every block of
-// 128 rows of x; with it, once per pack_bf16_weights. It is a copy: the caller packs again after
-// w changes (a matmul cannot tell a stale copy; it checks the copy was made from this w's
+// A bf16 weight w (N, K) laid out for the matrix units: for each call the forward (x @ w^T) and
+// the input gradient (dy @ w) make, that call's op(w) in the layout it reads: oneDNN's blocked
+// layout at AVX-512 (2 bytes a weight per role), or op(w) widened to f32 below it (4 bytes a
+// weight per role). Without it each call lays out (or widens) w itself, a pass over w for every
+// block of 128 rows of x; with it, once per pack_bf16_weights. It is a copy: the caller packs again
+// after w changes (a matmul cannot tell a stale copy; it checks the copy was made from this w's
 // memory and shape). The results may differ from the unpacked matmul's in the order of the sums
 // (oneDNN may block the reduction differently), never with the thread count.
 class PackedWeight {
