@@ -7,7 +7,9 @@
 // call with the whole reduction dimension; bf16 inputs to oneDNN's bf16 matmul (gemm_bf16.h) in
 // fixed blocks of kBf16Block, since its order of sums depends on the block's shape, and in
 // fixed spans of kBf16Span (a reduction longer than that, with neither operand transposed,
-// accumulated span by span in C). Either way the result does not depend on the thread count.
+// accumulated span by span in C). bf16 results do not depend on the thread count; f32 results are
+// fixed for a thread count and may differ in the last bits across thread counts where the
+// library's kernel orders a call's last rows otherwise (docs/ops.md, Threads).
 // A bf16 weight may come packed (PackedWeight): each call's piece of op(B) already in the layout
 // oneDNN's kernel reads, which it would otherwise build inside every call.
 #include <kiln/ops/matmul.h>

@@ -206,27 +206,39 @@ TEST(MatmulTest, StridedViewsReadAndWriteOnlyTheirElements) {
 }
 
 // Every output element is computed by one single-threaded library call over the whole
-// reduction, so 1, 2 and 5 threads give the same bits, with either GEMM library.
-TEST(MatmulTest, ResultsDoNotDependOnThreadCount) {
+// reduction, in blocks fixed by the thread count: a thread count gives the same bits run after
+// run. Across thread counts the blocks' edges move, and whether the bits move with them is the
+// library's kernel's: on the Intel Xeons seen (OpenBLAS's SkylakeX and Cooperlake kernels,
+// oneDNN's AVX-512 sgemm) they did not; on an AMD EPYC (Zen 3) both libraries' AVX2 kernels tile
+// the rows and finish a call's last rows with narrower kernels that order the sums otherwise
+// (OpenBLAS's Haswell kernel: a split at a multiple of 24 rows gives one call's bits, any other
+// split does not). So across thread counts the results agree within f32 rounding (kTolerance, as
+// against the reference).
+TEST(MatmulTest, ResultsAreFixedForAThreadCountAndCloseAcrossThem) {
   for (GemmLibrary gemm : kGemmLibraries) {
     for (const Dims& d : {Dims{300, 200, 150}, Dims{7, 900, 64}}) {
       std::vector<float> y1, dx1, dw1, dbias1;
       for (int threads : {1, 2, 5}) {
         ThreadPool pool(threads);
         const Context ctx = cpu_context(supported_isas().back(), &pool, gemm);
-        Buffers b(d, 6);
+        const std::string what =
+            describe(d, threads) + " gemm=" + std::string(gemm_library_name(gemm));
+        Buffers b(d, 6), again(d, 6);
         ASSERT_TRUE(matmul_forward(b.forward(d, true), ctx).ok());
         ASSERT_TRUE(matmul_backward(b.backward(d, false), ctx).ok());
+        ASSERT_TRUE(matmul_forward(again.forward(d, true), ctx).ok());
+        ASSERT_TRUE(matmul_backward(again.backward(d, false), ctx).ok());
+        EXPECT_EQ(again.y, b.y) << what << ": a second run differs";
+        EXPECT_EQ(again.dx, b.dx) << what << ": a second run differs";
+        EXPECT_EQ(again.dw, b.dw) << what << ": a second run differs";
         if (threads == 1) {
           y1 = b.y, dx1 = b.dx, dw1 = b.dw, dbias1 = b.dbias;
           continue;
         }
-        const std::string what =
-            describe(d, threads) + " gemm=" + std::string(gemm_library_name(gemm));
-        EXPECT_EQ(b.y, y1) << what;
-        EXPECT_EQ(b.dx, dx1) << what;
-        EXPECT_EQ(b.dw, dw1) << what;
-        EXPECT_EQ(b.dbias, dbias1) << what;
+        EXPECT_LE(buffer_err(b.y, y1), kTolerance) << what;
+        EXPECT_LE(buffer_err(b.dx, dx1), kTolerance) << what;
+        EXPECT_LE(buffer_err(b.dw, dw1), kTolerance) << what;
+        EXPECT_EQ(b.dbias, dbias1) << what;  // Kiln's own sum, in a fixed order
       }
     }
   }

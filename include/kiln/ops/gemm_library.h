@@ -12,8 +12,11 @@
 // makes the same choice, unless KILN_GEMM names a library.
 //
 // Both are called single-threaded inside kiln_ops' own pool, one block of output rows per task,
-// each element computed by one call over the whole reduction: a result does not depend on the
-// thread count with either library. The two libraries' results may differ in the last bits.
+// each element computed by one call over the whole reduction: a thread count fixes every bit of a
+// result. Another thread count may differ in the last bits where the library's kernel orders the
+// sums of a call's last rows otherwise (both libraries' AVX2 kernels on an AMD Zen 3; not their
+// AVX-512 kernels on the Intel Xeons seen: docs/ops.md, Threads). The two libraries' results may
+// differ in the last bits.
 #ifndef KILN_OPS_GEMM_LIBRARY_H_
 #define KILN_OPS_GEMM_LIBRARY_H_
 
