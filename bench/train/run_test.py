@@ -338,6 +338,7 @@ FAKE_OPS_BENCH = """\
                 fh.write(str(n + 1))
         print(json.dumps({"op": "matmul", "dtype": os.environ.get("FAKE_BF16_DTYPE", "bf16"),
                           "threads": int(args[args.index("--threads") + 1]), "isa": "avx512",
+                          "kernel": "brg:avx512_core_amx_bf16",
                           "gflops": values[n % len(values)]}))
         sys.exit(0)
 """
@@ -581,7 +582,7 @@ class DriverTest(unittest.TestCase):
         self.assertIsNone(why)
         self.assertEqual(gflops, {1: 1000.0, 2: 1000.0})  # not the mean (1620) nor the best
         self.assertEqual(facts[2], {"samples": [900.0, 5000.0, 1000.0, 100.0, 1100.0],
-                                    "isa": "avx512"})
+                                    "isa": "avx512", "kernel": "brg:avx512_core_amx_bf16"})
         with unittest.mock.patch.dict(os.environ, dict(env, FAKE_BF16_DTYPE="f32")):
             gflops, _, why = d.bf16_peaks(kiln, (1,), None, runs=2)
         self.assertEqual(gflops, {})
@@ -593,6 +594,8 @@ class DriverTest(unittest.TestCase):
         text = d.bf16_peak_text({1: 512.25}, {1: {"isa": "avx512"}})
         self.assertIn("median of 5 runs): 1 thread 512.2 GFLOP/s (isa avx512), 2 threads n/a "
                       "GFLOP/s", text)
+        text = d.bf16_peak_text({2: 80.5}, {2: {"isa": "avx2", "kernel": "widened to f32"}})
+        self.assertIn("2 threads 80.5 GFLOP/s (isa avx2, kernel widened to f32)", text)
 
     def test_bf16_goals_by_cpu(self):
         d = self.driver
