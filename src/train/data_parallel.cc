@@ -200,8 +200,10 @@ Status ShardedAdamW::reduce_scatter_bf16(std::span<float> grads, size_t tail_beg
     return ops::TensorView::f32(grads.data() + at, {static_cast<int64_t>(n)});
   };
   const size_t tail = total_ - tail_begin;
-  KILN_RETURN_IF_ERROR(ops::convert_f32_to_bf16(f32_view(0, total_), bf16_view(0, total_), ctx)
-                           .with_context("bf16 gradient reduce-scatter"));
+  // A failed rounding is reported after the collectives, which every rank must join (a rank
+  // that left early would stall its peers until the communicator's timeout).
+  const Status rounded = ops::convert_f32_to_bf16(f32_view(0, total_), bf16_view(0, total_), ctx)
+                             .with_context("bf16 gradient reduce-scatter");
   uint16_t* wire = staging_.data();
   comm::Work scatter = comm_->reduce_scatter(wire, wire + begin_, slice_, comm::DataType::kBF16,
                                              comm::ReduceOp::kAvg);
@@ -209,6 +211,7 @@ Status ShardedAdamW::reduce_scatter_bf16(std::span<float> grads, size_t tail_beg
                                             comm::DataType::kBF16, comm::ReduceOp::kAvg);
   KILN_RETURN_IF_ERROR(scatter.wait());
   KILN_RETURN_IF_ERROR(tail_reduce.wait());
+  KILN_RETURN_IF_ERROR(rounded);
   KILN_RETURN_IF_ERROR(
       ops::convert_bf16_to_f32(bf16_view(begin_, slice_), f32_view(begin_, slice_), ctx));
   if (tail == 0) return Status();
