@@ -4,14 +4,16 @@
 // on a block of output rows (or columns, when there are too few rows): one set of compute
 // threads per process. f32 inputs go to the Context's library (OpenBLAS or oneDNN,
 // kiln/ops/gemm_library.h) in one block per thread, each element of the output computed by one
-// call with the whole reduction dimension; bf16 inputs to oneDNN's bf16 matmul (gemm_bf16.h) in
-// fixed blocks of kBf16Block, since its order of sums depends on the block's shape, and in
+// call with the whole reduction dimension; bf16 inputs to bgemm_single_threaded (gemm_bf16.h:
+// oneDNN's bf16 matmul at AVX-512, widened to f32 below it) in fixed blocks of kBf16Block, since
+// oneDNN's order of sums depends on the block's shape, and in
 // fixed spans of kBf16Span (a reduction longer than that, with neither operand transposed,
 // accumulated span by span in C). bf16 results do not depend on the thread count; f32 results are
 // fixed for a thread count and may differ in the last bits across thread counts where the
 // library's kernel orders a call's last rows otherwise (docs/ops.md, Threads).
 // A bf16 weight may come packed (PackedWeight): each call's piece of op(B) already in the layout
-// oneDNN's kernel reads, which it would otherwise build inside every call.
+// the call reads (oneDNN's blocked one, or widened to f32), which it would otherwise build inside
+// every call.
 #include <kiln/ops/matmul.h>
 
 #include <sys/mman.h>

@@ -209,11 +209,10 @@ TEST(MatmulTest, StridedViewsReadAndWriteOnlyTheirElements) {
 // reduction, in blocks fixed by the thread count: a thread count gives the same bits run after
 // run. Across thread counts the blocks' edges move, and whether the bits move with them is the
 // library's kernel's: on the Intel Xeons seen (OpenBLAS's SkylakeX and Cooperlake kernels,
-// oneDNN's AVX-512 sgemm) they did not; on an AMD EPYC (Zen 3) both libraries' AVX2 kernels tile
-// the rows and finish a call's last rows with narrower kernels that order the sums otherwise
-// (OpenBLAS's Haswell kernel: a split at a multiple of 24 rows gives one call's bits, any other
-// split does not). So across thread counts the results agree within f32 rounding (kTolerance, as
-// against the reference).
+// oneDNN's AVX-512 sgemm) they did not; on an AMD EPYC (Zen 3) they did with both libraries
+// (OpenBLAS's kernel there finishes a call's last rows with narrower kernels that order the sums
+// otherwise: bench/ops/sgemm_split_probe.cc shows which splits keep the bits). So across thread
+// counts the results agree within f32 rounding (kTolerance, as against the reference).
 TEST(MatmulTest, ResultsAreFixedForAThreadCountAndCloseAcrossThem) {
   for (GemmLibrary gemm : kGemmLibraries) {
     for (const Dims& d : {Dims{300, 200, 150}, Dims{7, 900, 64}}) {
