@@ -64,6 +64,20 @@ function(kiln_tests)
   target_compile_options(${target} PRIVATE ${KILN_WARNINGS})
   target_link_libraries(${target} PRIVATE ${ARG_DEPS} GTest::gtest GTest::gmock GTest::gtest_main)
   gtest_discover_tests(${target} PROPERTIES LABELS ${ARG_LABEL} DISCOVERY_TIMEOUT 60)
+  set_property(GLOBAL APPEND PROPERTY KILN_TEST_TARGETS_${ARG_LABEL} ${target})
+endfunction()
+
+# kiln_add_label_targets(<label>...): a target kiln_<label>_tests that builds exactly the test
+# binaries of that label, so `ctest -L unit` can run after building only what it runs (CI's
+# sanitizer step: `scripts/test --preset asan --target kiln_unit_tests -L unit`). Called once,
+# after every kiln_tests().
+function(kiln_add_label_targets)
+  foreach(label IN LISTS ARGN)
+    get_property(targets GLOBAL PROPERTY KILN_TEST_TARGETS_${label})
+    if(targets)
+      add_custom_target(kiln_${label}_tests DEPENDS ${targets})
+    endif()
+  endforeach()
 endfunction()
 
 # Every public header must compile on its own (seastar's checkheaders): one translation unit per
