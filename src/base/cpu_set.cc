@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <charconv>
+#include <cstdint>
 #include <cstring>
 #include <memory>
 
@@ -67,7 +68,18 @@ Result<CpuSet> CpuSet::parse(std::string_view list) {
     return Status::invalid_argument("cpu list of " + std::to_string(list.size()) +
                                     " characters is longer than " + std::to_string(kListCharsMax));
   }
-  std::vector<int> cpus;
+  // A bitmap of kCpuMax bits: a range sets whole words, so a list of thousands of full ranges
+  // costs thousands of kCpuMax / 64 word writes, not thousands of kCpuMax insertions.
+  constexpr int kWordBits = 64;
+  std::vector<uint64_t> words(kCpuMax / kWordBits, 0);
+  const auto set_range = [&words](int first, int last) {  // inclusive
+    for (int w = first / kWordBits; w <= last / kWordBits; ++w) {
+      const int lo = std::max(first, w * kWordBits) - w * kWordBits;
+      const int hi = std::min(last, w * kWordBits + kWordBits - 1) - w * kWordBits;
+      const uint64_t upto_hi = hi == kWordBits - 1 ? ~uint64_t{0} : (uint64_t{1} << (hi + 1)) - 1;
+      words[static_cast<size_t>(w)] |= upto_hi & ~((uint64_t{1} << lo) - 1);
+    }
+  };
   std::string_view rest = trim(list);
   while (!rest.empty()) {
     const size_t comma = rest.find(',');
@@ -77,7 +89,7 @@ Result<CpuSet> CpuSet::parse(std::string_view list) {
     const size_t dash = item.find('-');
     if (dash == std::string_view::npos) {
       KILN_ASSIGN_OR_RETURN(int cpu, parse_cpu(list, item));
-      cpus.push_back(cpu);
+      set_range(cpu, cpu);
     } else {
       KILN_ASSIGN_OR_RETURN(int first, parse_cpu(list, trim(item.substr(0, dash))));
       KILN_ASSIGN_OR_RETURN(int last, parse_cpu(list, trim(item.substr(dash + 1))));
@@ -85,15 +97,12 @@ Result<CpuSet> CpuSet::parse(std::string_view list) {
         return bad_list(list, "range end " + std::to_string(last) + " is below its start " +
                                   std::to_string(first));
       }
-      for (int cpu = first; cpu <= last; ++cpu)
-        cpus.push_back(cpu);
+      set_range(first, last);
     }
-    // Every item adds at most kCpuMax numbers and a merge leaves at most kCpuMax, so the
-    // vector never holds more than 3 * kCpuMax, and merges are amortised over kCpuMax items.
-    if (cpus.size() > static_cast<size_t>(2 * kCpuMax)) {
-      CpuSet merged(std::move(cpus));
-      cpus = merged.cpus_;
-    }
+  }
+  std::vector<int> cpus;
+  for (int cpu = 0; cpu < kCpuMax; ++cpu) {
+    if ((words[static_cast<size_t>(cpu / kWordBits)] >> (cpu % kWordBits)) & 1) cpus.push_back(cpu);
   }
   return CpuSet(std::move(cpus));
 }

@@ -2,7 +2,13 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <random>
+#include <set>
+#include <string>
 #include <thread>
+#include <utility>
+#include <vector>
 
 namespace kiln {
 namespace {
@@ -19,6 +25,56 @@ TEST(CpuSetTest, ParsesTheKernelsListFormatAndWritesItBackCanonically) {
   EXPECT_TRUE(empty->empty());
   EXPECT_EQ(CpuSet({5, 3, 4, 3}).to_string(), "3-5");
   EXPECT_EQ(CpuSet({0, 2, 3}).intersect(CpuSet({2, 3, 4})).to_string(), "2-3");
+}
+
+TEST(CpuSetTest, RangesOnAndAcrossWordEdgesAreTheCpusTheyName) {
+  // The parser keeps a bitmap of 64-bit words; a reference that inserts each CPU one by one
+  // decides what every list means. Edges of words and of the whole range, then random lists.
+  const auto reference = [](const std::vector<std::pair<int, int>>& ranges) {
+    std::set<int> cpus;
+    for (const auto& [first, last] : ranges)
+      for (int cpu = first; cpu <= last; ++cpu)
+        cpus.insert(cpu);
+    return std::vector<int>(cpus.begin(), cpus.end());
+  };
+  const auto text_of = [](const std::vector<std::pair<int, int>>& ranges) {
+    std::string text;
+    for (const auto& [first, last] : ranges) {
+      if (!text.empty()) text += ",";
+      text += first == last ? std::to_string(first)
+                            : std::to_string(first) + "-" + std::to_string(last);
+    }
+    return text;
+  };
+  std::vector<std::vector<std::pair<int, int>>> lists = {
+      {{0, 63}},
+      {{63, 64}},
+      {{0, 0}, {63, 63}, {64, 64}},
+      {{1, 62}},
+      {{60, 130}},
+      {{127, 128}},
+      {{0, CpuSet::kCpuMax - 1}},
+      {{8191, 8191}},
+      {{8128, 8191}},
+      {{5, 5}, {5, 5}, {4, 6}},
+  };
+  std::mt19937 rng(3);
+  for (int i = 0; i < 200; ++i) {
+    std::vector<std::pair<int, int>> ranges;
+    const int n = std::uniform_int_distribution<int>(1, 6)(rng);
+    for (int r = 0; r < n; ++r) {
+      const int first = std::uniform_int_distribution<int>(0, CpuSet::kCpuMax - 1)(rng);
+      const int span = std::uniform_int_distribution<int>(0, i % 2 == 0 ? 3 : 300)(rng);
+      ranges.emplace_back(first, std::min(first + span, CpuSet::kCpuMax - 1));
+    }
+    lists.push_back(ranges);
+  }
+  for (const auto& ranges : lists) {
+    const std::string text = text_of(ranges);
+    Result<CpuSet> set = CpuSet::parse(text);
+    ASSERT_TRUE(set.ok()) << text << ": " << set.status().to_string();
+    EXPECT_EQ(set->cpus(), reference(ranges)) << text;
+  }
 }
 
 TEST(CpuSetTest, BadListsAreErrorsQuotingTheTextAndSayingWhatIsWrong) {
