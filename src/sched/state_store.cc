@@ -621,6 +621,17 @@ Result<std::vector<JobRecord>> StateStore::list_jobs(const std::string& team) {
   return collect_jobs(stmt, path_, *box_);
 }
 
+Result<std::vector<JobRecord>> StateStore::list_jobs_after(const std::string& after_id,
+                                                           size_t limit) {
+  std::lock_guard<std::mutex> lock(mu_);
+  Stmt stmt(db_, path_,
+            select_jobs("jobs",
+                        "WHERE seq > COALESCE((SELECT seq FROM jobs WHERE id = ?1), 0) "
+                        "ORDER BY seq LIMIT ?2"));
+  stmt.bind_text(after_id).bind_int(capped(limit));
+  return collect_jobs(stmt, path_, *box_);
+}
+
 Result<std::vector<JobRecord>> StateStore::list_active_jobs() {
   std::lock_guard<std::mutex> lock(mu_);
   Stmt stmt(

@@ -16,8 +16,9 @@
 // left in place and said once in the log.
 // Both policies are off unless asked for (`kiln serve` defaults: keep everything): deleting is
 // the operator's decision, never an upgrade's.
-// Known limits: the pass lists the newest kStoreRowsMax jobs (older ones are neither measured
-// nor cleaned); "N days" is read on the wall clock, so a clock set far forward cleans early.
+// A pass reads every job the store holds, a page of LifecycleOptions::page_jobs at a time (twice:
+// first the directories in use, then each job), so a coordinator's oldest jobs are cleaned too.
+// Known limit: "N days" is read on the wall clock, so a clock set far forward cleans early.
 // The rank logs live on the nodes: each agent removes its jobs' log directories N days after
 // they were last written (JoinOptions::keep_logs_ms).
 //
@@ -27,6 +28,7 @@
 #define KILN_SCHED_LIFECYCLE_H_
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <mutex>
 #include <set>
@@ -45,6 +47,9 @@ struct LifecycleOptions {
   // A directory walk stops after this many entries (its size is then a lower bound): a
   // directory of millions of files must not stall a pass.
   size_t walk_entries_max = 1'000'000;
+  // Jobs read from the store at a time (at most kStoreRowsMax): what a pass holds in memory at
+  // once, besides the directories in use.
+  size_t page_jobs = 1'000;
 };
 
 struct LifecyclePass {
@@ -59,14 +64,20 @@ class Lifecycle {
   // REQUIRES: store, clock outlive this.
   Lifecycle(LifecycleOptions options, StateStore* store, const Clock* clock, Logger log);
 
-  // One pass over every job the store lists (the newest kStoreRowsMax). Thread-safe with the
-  // readers below; passes themselves must not overlap (one thread runs them).
+  // One pass over every job in the store. Thread-safe with the readers below; passes themselves
+  // must not overlap (one thread runs them).
   Result<LifecyclePass> run_once();
 
   // What the last pass measured (empty before the first).
   std::map<std::string, int64_t> checkpoint_bytes_by_team() const;
 
  private:
+  // Calls `visit` on every job in submit order, a page at a time; stops at its first error.
+  Status for_each_job(const std::function<Status(const JobRecord&)>& visit);
+  // One job's part of a pass: clean it, prune it, measure it.
+  // `measured`: the directories this pass has measured, each counted once.
+  Status visit(const JobRecord& job, const std::multimap<std::string, std::string>& users,
+               int64_t now, std::set<std::string>* measured, LifecyclePass* pass);
   std::string unsafe_dir(const JobRecord& job, const std::string& dir,
                          const std::multimap<std::string, std::string>& users) const;
   Status remove_checkpoints(const std::string& dir, int64_t* freed);

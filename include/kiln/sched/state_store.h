@@ -137,6 +137,10 @@ class StateStore {
   Result<JobRecord> get_job(const std::string& id);
   // In submit order; every team's when `team` is empty. At most the newest kStoreRowsMax.
   Result<std::vector<JobRecord>> list_jobs(const std::string& team);
+  // Every team's jobs submitted after the job `after_id` (from the first when it is empty or
+  // names no job), in submit order, at most min(limit, kStoreRowsMax): a walk over all jobs a
+  // page at a time passes the last id of each page back.
+  Result<std::vector<JobRecord>> list_jobs_after(const std::string& after_id, size_t limit);
   // Jobs whose state is not succeeded, failed or cancelled, in submit order. Never a part of
   // them: kUnavailable when there are more than kStoreRowsMax (admission must keep them fewer).
   Result<std::vector<JobRecord>> list_active_jobs();

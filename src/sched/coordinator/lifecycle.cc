@@ -1,9 +1,12 @@
 // The storage lifecycle of finished jobs (kiln/sched/lifecycle.h).
 #include <kiln/sched/lifecycle.h>
 
+#include <algorithm>
 #include <filesystem>
+#include <functional>
 #include <iterator>
 #include <map>
+#include <set>
 #include <system_error>
 #include <utility>
 #include <vector>
@@ -76,91 +79,109 @@ std::string Lifecycle::unsafe_dir(const JobRecord& job, const std::string& dir,
   return "";
 }
 
+Status Lifecycle::for_each_job(const std::function<Status(const JobRecord&)>& visit) {
+  const size_t page = std::max<size_t>(1, std::min(options_.page_jobs, kStoreRowsMax));
+  std::string after;
+  while (true) {
+    KILN_ASSIGN_OR_RETURN(std::vector<JobRecord> jobs, store_->list_jobs_after(after, page));
+    for (const JobRecord& job : jobs)
+      KILN_RETURN_IF_ERROR(visit(job));
+    if (jobs.size() < page) return Status();
+    after = jobs.back().id;
+  }
+}
+
 Result<LifecyclePass> Lifecycle::run_once() {
-  KILN_ASSIGN_OR_RETURN(std::vector<JobRecord> jobs, store_->list_jobs(""));
   LifecyclePass pass;
   const int64_t now = clock_->wall_ns();
   // Every job's directory that still holds something of its own: a job cleaned already has
-  // given its directory up.
+  // given its directory up. A first walk over all jobs, since the job sharing a directory may
+  // be on any page.
   std::multimap<std::string, std::string> users;
-  for (const JobRecord& job : jobs) {
-    if (job.spec.checkpoint_dir.empty() || cleaned_.count(job.id) != 0) continue;
-    users.emplace(canonical_dir(job.spec.checkpoint_dir), job.id);
-  }
-  for (const JobRecord& job : jobs) {
-    const std::string dir =
-        job.spec.checkpoint_dir.empty() ? "" : canonical_dir(job.spec.checkpoint_dir);
-    const bool finished =
-        job.state == "succeeded" || job.state == "failed" || job.state == "cancelled";
-    if (finished && options_.keep_finished_ms > 0 && job.finished_ns != 0 &&
-        now - job.finished_ns > options_.keep_finished_ms * 1'000'000) {
-      if (cleaned_.count(job.id) != 0) continue;
-      // Cleaned once: a restarted coordinator finds the event and leaves the job be.
-      KILN_ASSIGN_OR_RETURN(std::vector<EventRecord> done,
-                            store_->newest_events(job.id, "cleaned", 1));
-      if (!done.empty()) {
-        cleaned_.insert(job.id);
-        continue;
-      }
-      int64_t freed = 0;
-      if (!dir.empty()) {
-        const std::string unsafe = unsafe_dir(job, dir, users);
-        if (!unsafe.empty()) {
-          if (warned_.insert(job.id).second) {
-            log_.warn("a finished job's checkpoints are left in place",
-                      {{"job", job.id}, {"dir", dir}, {"why", unsafe}});
-          }
-        } else {
-          Status removed = remove_checkpoints(dir, &freed);
-          if (!removed.ok()) {
-            log_.warn("removing a finished job's checkpoints",
-                      {{"job", job.id}, {"error", removed.to_string()}});
-            continue;  // tried again next pass; nothing is recorded as done
-          }
-        }
-      }
-      KILN_RETURN_IF_ERROR(store_->delete_steps(job.id));
-      EventRecord e;
-      e.ts_ns = now;
-      e.job_id = job.id;
-      e.type = "cleaned";
-      e.attempt = job.attempt;
-      e.detail = {{"bytes_freed", freed},
-                  {"checkpoint_dir", dir},
-                  {"why", "finished more than " +
-                              std::to_string(options_.keep_finished_ms / 3'600'000) + " h ago"}};
-      KILN_RETURN_IF_ERROR(store_->append_events({e}));
-      log_.info("finished job cleaned", {{"job", job.id}, {"bytes_freed", freed}});
-      cleaned_.insert(job.id);
-      ++pass.cleaned;
-      pass.bytes_freed += freed;
-      continue;
-    }
-    if (dir.empty()) continue;
-    if (finished && options_.keep_checkpoints > 0 && pruned_.insert(job.id).second &&
-        unsafe_dir(job, dir, users).empty()) {
-      std::error_code ec;
-      if (std::filesystem::is_directory(dir, ec)) {
-        const int64_t before = directory_bytes(dir, options_.walk_entries_max);
-        Result<std::vector<int64_t>> removed =
-            ckpt::apply_retention(dir, options_.keep_checkpoints);
-        if (!removed.ok()) {
-          log_.warn("pruning a finished job's checkpoints",
-                    {{"job", job.id}, {"error", removed.status().to_string()}});
-        } else if (!removed->empty()) {
-          ++pass.pruned;
-          pass.bytes_freed += before - directory_bytes(dir, options_.walk_entries_max);
-        }
-      }
-    }
-    // A directory two jobs share is counted once, for the first.
-    if (users.find(dir) != users.end() && users.find(dir)->second == job.id) {
-      pass.checkpoint_bytes_by_team[job.team] += directory_bytes(dir, options_.walk_entries_max);
-    }
-  }
+  KILN_RETURN_IF_ERROR(for_each_job([&](const JobRecord& job) {
+    if (!job.spec.checkpoint_dir.empty() && cleaned_.count(job.id) == 0)
+      users.emplace(canonical_dir(job.spec.checkpoint_dir), job.id);
+    return Status();
+  }));
+  std::set<std::string> measured;
+  KILN_RETURN_IF_ERROR(
+      for_each_job([&](const JobRecord& job) { return visit(job, users, now, &measured, &pass); }));
   std::lock_guard<std::mutex> lock(mu_);
   by_team_ = pass.checkpoint_bytes_by_team;
   return pass;
+}
+
+Status Lifecycle::visit(const JobRecord& job, const std::multimap<std::string, std::string>& users,
+                        int64_t now, std::set<std::string>* measured, LifecyclePass* pass) {
+  const std::string dir =
+      job.spec.checkpoint_dir.empty() ? "" : canonical_dir(job.spec.checkpoint_dir);
+  const bool finished =
+      job.state == "succeeded" || job.state == "failed" || job.state == "cancelled";
+  if (finished && options_.keep_finished_ms > 0 && job.finished_ns != 0 &&
+      now - job.finished_ns > options_.keep_finished_ms * 1'000'000) {
+    if (cleaned_.count(job.id) != 0) return Status();
+    // Cleaned once: a restarted coordinator finds the event and leaves the job be.
+    KILN_ASSIGN_OR_RETURN(std::vector<EventRecord> done,
+                          store_->newest_events(job.id, "cleaned", 1));
+    if (!done.empty()) {
+      cleaned_.insert(job.id);
+      return Status();
+    }
+    int64_t freed = 0;
+    if (!dir.empty()) {
+      const std::string unsafe = unsafe_dir(job, dir, users);
+      if (!unsafe.empty()) {
+        if (warned_.insert(job.id).second) {
+          log_.warn("a finished job's checkpoints are left in place",
+                    {{"job", job.id}, {"dir", dir}, {"why", unsafe}});
+        }
+      } else {
+        Status removed = remove_checkpoints(dir, &freed);
+        if (!removed.ok()) {
+          log_.warn("removing a finished job's checkpoints",
+                    {{"job", job.id}, {"error", removed.to_string()}});
+          return Status();  // tried again next pass; nothing is recorded as done
+        }
+      }
+    }
+    KILN_RETURN_IF_ERROR(store_->delete_steps(job.id));
+    EventRecord e;
+    e.ts_ns = now;
+    e.job_id = job.id;
+    e.type = "cleaned";
+    e.attempt = job.attempt;
+    e.detail = {{"bytes_freed", freed},
+                {"checkpoint_dir", dir},
+                {"why", "finished more than " +
+                            std::to_string(options_.keep_finished_ms / 3'600'000) + " h ago"}};
+    KILN_RETURN_IF_ERROR(store_->append_events({e}));
+    log_.info("finished job cleaned", {{"job", job.id}, {"bytes_freed", freed}});
+    cleaned_.insert(job.id);
+    ++pass->cleaned;
+    pass->bytes_freed += freed;
+    return Status();
+  }
+  if (dir.empty()) return Status();
+  if (finished && options_.keep_checkpoints > 0 && pruned_.insert(job.id).second &&
+      unsafe_dir(job, dir, users).empty()) {
+    std::error_code ec;
+    if (std::filesystem::is_directory(dir, ec)) {
+      const int64_t before = directory_bytes(dir, options_.walk_entries_max);
+      Result<std::vector<int64_t>> removed = ckpt::apply_retention(dir, options_.keep_checkpoints);
+      if (!removed.ok()) {
+        log_.warn("pruning a finished job's checkpoints",
+                  {{"job", job.id}, {"error", removed.status().to_string()}});
+      } else if (!removed->empty()) {
+        ++pass->pruned;
+        pass->bytes_freed += before - directory_bytes(dir, options_.walk_entries_max);
+      }
+    }
+  }
+  // A directory two jobs share is counted once, for the first of them not cleaned.
+  if (measured->insert(dir).second) {
+    pass->checkpoint_bytes_by_team[job.team] += directory_bytes(dir, options_.walk_entries_max);
+  }
+  return Status();
 }
 
 // Removes what the checkpoint catalog calls a checkpoint (the step_* directories, complete or

@@ -123,6 +123,44 @@ TEST_F(LifecycleTest, AJobFinishedLongerThanTheKeepIsCleanedOnce) {
   EXPECT_TRUE(store_->get_job(old.id).ok()) << "the record stays: it is the history";
 }
 
+TEST_F(LifecycleTest, APassReadsEveryJobAPageAtATime) {
+  // Five jobs on three pages of two. The oldest two finished long ago; the first of them shares
+  // its directory with the newest job, which still runs (it resumed from those checkpoints):
+  // that sharing is seen across pages, and the directory stays.
+  const JobRecord shared = job("shared", "nlp", "succeeded", 2);
+  const JobRecord old = job("old", "nlp", "failed", 2);
+  const JobRecord old_too = job("old_too", "vision", "succeeded", 2);
+  job("running", "vision", "running", 1);
+  clock_.advance_ns(8 * kDayNs);
+  const JobRecord recent = job("recent", "vision", "cancelled", 1);
+  JobRecord resumed = job("resumed", "nlp", "running", 0);
+  resumed.spec.checkpoint_dir = shared.spec.checkpoint_dir;
+  ASSERT_TRUE(store_->update_job(resumed, {}).ok());
+  ASSERT_GT(directory_bytes(old.spec.checkpoint_dir, 1000), 0);
+
+  LifecycleOptions o;
+  o.keep_finished_ms = 7 * 24 * 3600 * 1000LL;
+  o.page_jobs = 2;
+  Lifecycle lifecycle(o, store_.get(), &clock_, Logger());
+  Result<LifecyclePass> pass = lifecycle.run_once();
+  ASSERT_TRUE(pass.ok()) << pass.status().to_string();
+  // Cleaned: the three jobs that finished more than 7 days ago, the first page's included; the
+  // shared directory kept its checkpoints.
+  EXPECT_EQ(pass->cleaned, 3);
+  EXPECT_FALSE(std::filesystem::exists(old.spec.checkpoint_dir));
+  EXPECT_FALSE(std::filesystem::exists(old_too.spec.checkpoint_dir));
+  EXPECT_EQ(ckpt::list_checkpoints(shared.spec.checkpoint_dir)->size(), 2u)
+      << "job " << resumed.id << " on the last page uses it";
+  EXPECT_EQ(ckpt::list_checkpoints(recent.spec.checkpoint_dir)->size(), 1u);
+  for (const JobRecord& j : {shared, old, old_too})
+    EXPECT_EQ(store_->newest_events(j.id, "cleaned", 10)->size(), 1u) << j.id;
+  // Measured on every page, each directory once: the shared one for the job that still uses it.
+  const std::map<std::string, int64_t> by_team = lifecycle.checkpoint_bytes_by_team();
+  EXPECT_EQ(by_team.at("nlp"), directory_bytes(shared.spec.checkpoint_dir, 1000));
+  EXPECT_EQ(by_team.at("vision"), directory_bytes(recent.spec.checkpoint_dir, 1000) +
+                                      directory_bytes(dir_ + "/running", 1000));
+}
+
 TEST_F(LifecycleTest, ZeroKeepsEverything) {
   const JobRecord old = job("old", "nlp", "cancelled", 3);
   LifecycleOptions o;
