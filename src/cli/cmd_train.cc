@@ -226,6 +226,9 @@ int run_rank(const TrainFlags& flags, const GlobalOptions& globals, SignalThread
   }
   const std::string flight_dir = flight_recorder_dir_from_env();
 
+  // Declared before the communicator, which registers its kiln_comm_* series here and must go
+  // first: rank 0 serves them beside the trainer's on --metrics-port.
+  obs::MetricsRegistry registry;
   // A rank of a data-parallel job: its identity from the launcher, the store, a communicator.
   std::unique_ptr<comm::Store> store;
   std::unique_ptr<comm::Communicator> communicator;
@@ -261,7 +264,7 @@ int run_rank(const TrainFlags& flags, const GlobalOptions& globals, SignalThread
                 {"store_prefix", o.store_prefix},
                 {"cpus", cpus.ok() ? cpus->to_string() : cpus.status().message()}});
       Result<std::unique_ptr<comm::Communicator>> c =
-          comm::Communicator::create(o, store.get(), log);
+          comm::Communicator::create(o, store.get(), log, &registry);
       if (!c.ok()) return report_error("train rank " + std::to_string(rank), c.status());
       communicator = std::move(*c);
     }
@@ -279,7 +282,6 @@ int run_rank(const TrainFlags& flags, const GlobalOptions& globals, SignalThread
     ~JoinSignalThread() { thread->stop(); }
   } join_signal_thread{signals};
 
-  obs::MetricsRegistry registry;
   std::unique_ptr<obs::HttpServer> server;
   if (flags.metrics_port >= 0 && rank == 0) {
     obs::HttpServerOptions http;
