@@ -156,6 +156,27 @@ TEST_F(StateStoreTest, InsertGetAndList) {
   EXPECT_EQ((*active)[1].id, c.id);
 }
 
+TEST_F(StateStoreTest, ListingAfterAJobPagesThroughEveryTeamsJobsInSubmitOrder) {
+  std::vector<std::string> ids;
+  for (int i = 0; i < 5; ++i)
+    ids.push_back(insert("j" + std::to_string(i), i % 2 == 0 ? "ml" : "infra").id);
+  const auto listed = [this](const std::string& after, size_t limit) {
+    Result<std::vector<JobRecord>> jobs = store_->list_jobs_after(after, limit);
+    EXPECT_TRUE(jobs.ok()) << jobs.status().to_string();
+    std::vector<std::string> out;
+    for (const JobRecord& j : *jobs)
+      out.push_back(j.id);
+    return out;
+  };
+  EXPECT_EQ(listed("", 2), (std::vector<std::string>{ids[0], ids[1]}));
+  EXPECT_EQ(listed(ids[1], 2), (std::vector<std::string>{ids[2], ids[3]}));
+  EXPECT_EQ(listed(ids[3], 2), (std::vector<std::string>{ids[4]}));
+  EXPECT_TRUE(listed(ids[4], 2).empty());
+  EXPECT_EQ(listed("j-999999", 10), ids) << "an id that names no job starts from the first";
+  EXPECT_EQ(listed("", 100'000).size(), 5u) << "a limit past kStoreRowsMax is capped, not refused";
+  EXPECT_EQ(store_->list_jobs_after("", 3)->at(2).spec.name, "j2") << "whole records";
+}
+
 TEST_F(StateStoreTest, UpdateWritesEveryFieldAndBumpsTheVersion) {
   JobRecord job = insert("a");
   job.state = "running";

@@ -16,8 +16,10 @@
 // left in place and said once in the log.
 // Both policies are off unless asked for (`kiln serve` defaults: keep everything): deleting is
 // the operator's decision, never an upgrade's.
-// A pass reads every job the store holds, a page of LifecycleOptions::page_jobs at a time (twice:
-// first the directories in use, then each job), so a coordinator's oldest jobs are cleaned too.
+// A pass reads every job the store holds, a page of LifecycleOptions::page_jobs full records at a
+// time, keeping a few strings of each (so a pass holds about 200 bytes a job): a coordinator's
+// oldest jobs are cleaned too. The directories of running and queued jobs are walked every pass,
+// a finished job's once (then again only when another job shares it).
 // Known limit: "N days" is read on the wall clock, so a clock set far forward cleans early.
 // The rank logs live on the nodes: each agent removes its jobs' log directories N days after
 // they were last written (JoinOptions::keep_logs_ms).
@@ -28,11 +30,11 @@
 #define KILN_SCHED_LIFECYCLE_H_
 
 #include <cstdint>
-#include <functional>
 #include <map>
 #include <mutex>
 #include <set>
 #include <string>
+#include <vector>
 
 #include <kiln/base/clock.h>
 #include <kiln/base/log.h>
@@ -47,8 +49,7 @@ struct LifecycleOptions {
   // A directory walk stops after this many entries (its size is then a lower bound): a
   // directory of millions of files must not stall a pass.
   size_t walk_entries_max = 1'000'000;
-  // Jobs read from the store at a time (at most kStoreRowsMax): what a pass holds in memory at
-  // once, besides the directories in use.
+  // Full job records read from the store at a time (at most kStoreRowsMax).
   size_t page_jobs = 1'000;
 };
 
@@ -72,14 +73,23 @@ class Lifecycle {
   std::map<std::string, int64_t> checkpoint_bytes_by_team() const;
 
  private:
-  // Calls `visit` on every job in submit order, a page at a time; stops at its first error.
-  Status for_each_job(const std::function<Status(const JobRecord&)>& visit);
+  // What a pass needs of a job, read once a pass (full records a page at a time).
+  struct JobFacts {
+    std::string id, team, workdir, state;
+    std::string dir;  // the checkpoint directory, canonical; empty when the job has none
+    int64_t finished_ns = 0;
+    int attempt = 0;
+  };
+  // Directory -> the jobs not cleaned that use it.
+  using Users = std::multimap<std::string, std::string>;
+
+  // Every job in submit order, a page of LifecycleOptions::page_jobs at a time.
+  Status read_jobs(std::vector<JobFacts>* jobs);
   // One job's part of a pass: clean it, prune it, measure it.
   // `measured`: the directories this pass has measured, each counted once.
-  Status visit(const JobRecord& job, const std::multimap<std::string, std::string>& users,
-               int64_t now, std::set<std::string>* measured, LifecyclePass* pass);
-  std::string unsafe_dir(const JobRecord& job, const std::string& dir,
-                         const std::multimap<std::string, std::string>& users) const;
+  Status visit(const JobFacts& job, const Users& users, int64_t now,
+               std::set<std::string>* measured, LifecyclePass* pass);
+  std::string unsafe_dir(const JobFacts& job, const Users& users) const;
   Status remove_checkpoints(const std::string& dir, int64_t* freed);
 
   const LifecycleOptions options_;
@@ -90,6 +100,10 @@ class Lifecycle {
   std::set<std::string> pruned_;   // jobs pruned by this process (pruning again is harmless)
   std::set<std::string> cleaned_;  // jobs known cleaned (their event seen or written)
   std::set<std::string> warned_;   // jobs whose directory was unsafe to clean, said once
+  // A finished job's directory, once measured, is not walked again while it is that job's
+  // alone: nothing writes there any more, and a pass must not walk every directory of a
+  // coordinator's whole history. Forgotten when the job is cleaned.
+  std::map<std::string, int64_t> finished_bytes_;
   mutable std::mutex mu_;
   std::map<std::string, int64_t> by_team_;  // guarded by mu_
 };

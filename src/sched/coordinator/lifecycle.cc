@@ -3,7 +3,6 @@
 
 #include <algorithm>
 #include <filesystem>
-#include <functional>
 #include <iterator>
 #include <map>
 #include <set>
@@ -45,11 +44,15 @@ std::map<std::string, int64_t> Lifecycle::checkpoint_bytes_by_team() const {
 
 namespace {
 
-// The directory as one path (no ".", "..", or symlinked parents), for comparing jobs' dirs.
+// The directory as one path (no ".", "..", symlinked parents or trailing "/"), for comparing
+// jobs' dirs.
 std::string canonical_dir(const std::string& dir) {
   std::error_code ec;
   const std::filesystem::path p = std::filesystem::weakly_canonical(dir, ec);
-  return ec ? dir : p.lexically_normal().string();
+  std::string out = ec ? dir : p.lexically_normal().string();
+  while (out.size() > 1 && out.back() == '/')
+    out.pop_back();
+  return out;
 }
 
 // Whether `inner` is `outer` or lies under it.
@@ -64,28 +67,42 @@ bool within(const std::string& inner, const std::string& outer) {
 // Why a job's checkpoint directory must not be pruned or removed; empty when it may. The
 // directory is the user's text: it may be "/", the job's working directory, or shared with
 // another job that resumes from it (resubmitting the same spec is how a run is continued).
-std::string Lifecycle::unsafe_dir(const JobRecord& job, const std::string& dir,
-                                  const std::multimap<std::string, std::string>& users) const {
+std::string Lifecycle::unsafe_dir(const JobFacts& job, const Users& users) const {
+  const std::string& dir = job.dir;
   // "/" and "/data" are nobody's checkpoint directory alone: "/data/run" is the least.
   const std::filesystem::path p(dir);
   if (!p.is_absolute() || std::distance(p.begin(), p.end()) < 3) return "too close to the root";
   const std::string workdir = canonical_dir(job.workdir);
   if (!job.workdir.empty() && within(workdir, dir)) return "it holds the job's working directory";
-  for (const auto& [other_dir, other_job] : users) {
-    if (other_job == job.id) continue;
-    if (within(other_dir, dir) || within(dir, other_dir))
-      return "job " + other_job + " uses it too";
+  // Another job's directory is this one, lies under it, or holds it. Looked up in the sorted
+  // keys (the directories under `dir` sort between "dir/" and "dir0", '0' following '/'), not
+  // by comparing with every job's: a pass must stay near-linear in the jobs.
+  const auto other = [&job](Users::const_iterator from, Users::const_iterator to) -> std::string {
+    for (auto it = from; it != to; ++it)
+      if (it->second != job.id) return "job " + it->second + " uses it too";
+    return "";
+  };
+  const auto [same_begin, same_end] = users.equal_range(dir);
+  std::string why = other(same_begin, same_end);
+  if (why.empty()) why = other(users.lower_bound(dir + "/"), users.lower_bound(dir + "0"));
+  for (std::filesystem::path up = p.parent_path(); why.empty(); up = up.parent_path()) {
+    const auto [begin, end] = users.equal_range(up.string());
+    why = other(begin, end);
+    if (up == up.parent_path()) break;  // "/" checked too
   }
-  return "";
+  return why;
 }
 
-Status Lifecycle::for_each_job(const std::function<Status(const JobRecord&)>& visit) {
+Status Lifecycle::read_jobs(std::vector<JobFacts>* out) {
   const size_t page = std::max<size_t>(1, std::min(options_.page_jobs, kStoreRowsMax));
   std::string after;
   while (true) {
     KILN_ASSIGN_OR_RETURN(std::vector<JobRecord> jobs, store_->list_jobs_after(after, page));
-    for (const JobRecord& job : jobs)
-      KILN_RETURN_IF_ERROR(visit(job));
+    for (const JobRecord& j : jobs) {
+      out->push_back({j.id, j.team, j.workdir, j.state,
+                      j.spec.checkpoint_dir.empty() ? "" : canonical_dir(j.spec.checkpoint_dir),
+                      j.finished_ns, j.attempt});
+    }
     if (jobs.size() < page) return Status();
     after = jobs.back().id;
   }
@@ -94,27 +111,26 @@ Status Lifecycle::for_each_job(const std::function<Status(const JobRecord&)>& vi
 Result<LifecyclePass> Lifecycle::run_once() {
   LifecyclePass pass;
   const int64_t now = clock_->wall_ns();
+  std::vector<JobFacts> jobs;
+  KILN_RETURN_IF_ERROR(read_jobs(&jobs));
   // Every job's directory that still holds something of its own: a job cleaned already has
-  // given its directory up. A first walk over all jobs, since the job sharing a directory may
-  // be on any page.
-  std::multimap<std::string, std::string> users;
-  KILN_RETURN_IF_ERROR(for_each_job([&](const JobRecord& job) {
-    if (!job.spec.checkpoint_dir.empty() && cleaned_.count(job.id) == 0)
-      users.emplace(canonical_dir(job.spec.checkpoint_dir), job.id);
-    return Status();
-  }));
+  // given its directory up. All of them before any job is visited: the job sharing a
+  // directory may be on any page.
+  Users users;
+  for (const JobFacts& job : jobs) {
+    if (!job.dir.empty() && cleaned_.count(job.id) == 0) users.emplace(job.dir, job.id);
+  }
   std::set<std::string> measured;
-  KILN_RETURN_IF_ERROR(
-      for_each_job([&](const JobRecord& job) { return visit(job, users, now, &measured, &pass); }));
+  for (const JobFacts& job : jobs)
+    KILN_RETURN_IF_ERROR(visit(job, users, now, &measured, &pass));
   std::lock_guard<std::mutex> lock(mu_);
   by_team_ = pass.checkpoint_bytes_by_team;
   return pass;
 }
 
-Status Lifecycle::visit(const JobRecord& job, const std::multimap<std::string, std::string>& users,
-                        int64_t now, std::set<std::string>* measured, LifecyclePass* pass) {
-  const std::string dir =
-      job.spec.checkpoint_dir.empty() ? "" : canonical_dir(job.spec.checkpoint_dir);
+Status Lifecycle::visit(const JobFacts& job, const Users& users, int64_t now,
+                        std::set<std::string>* measured, LifecyclePass* pass) {
+  const std::string& dir = job.dir;
   const bool finished =
       job.state == "succeeded" || job.state == "failed" || job.state == "cancelled";
   if (finished && options_.keep_finished_ms > 0 && job.finished_ns != 0 &&
@@ -125,11 +141,12 @@ Status Lifecycle::visit(const JobRecord& job, const std::multimap<std::string, s
                           store_->newest_events(job.id, "cleaned", 1));
     if (!done.empty()) {
       cleaned_.insert(job.id);
+      finished_bytes_.erase(job.id);
       return Status();
     }
     int64_t freed = 0;
     if (!dir.empty()) {
-      const std::string unsafe = unsafe_dir(job, dir, users);
+      const std::string unsafe = unsafe_dir(job, users);
       if (!unsafe.empty()) {
         if (warned_.insert(job.id).second) {
           log_.warn("a finished job's checkpoints are left in place",
@@ -157,13 +174,14 @@ Status Lifecycle::visit(const JobRecord& job, const std::multimap<std::string, s
     KILN_RETURN_IF_ERROR(store_->append_events({e}));
     log_.info("finished job cleaned", {{"job", job.id}, {"bytes_freed", freed}});
     cleaned_.insert(job.id);
+    finished_bytes_.erase(job.id);
     ++pass->cleaned;
     pass->bytes_freed += freed;
     return Status();
   }
   if (dir.empty()) return Status();
   if (finished && options_.keep_checkpoints > 0 && pruned_.insert(job.id).second &&
-      unsafe_dir(job, dir, users).empty()) {
+      unsafe_dir(job, users).empty()) {
     std::error_code ec;
     if (std::filesystem::is_directory(dir, ec)) {
       const int64_t before = directory_bytes(dir, options_.walk_entries_max);
@@ -175,10 +193,17 @@ Status Lifecycle::visit(const JobRecord& job, const std::multimap<std::string, s
         ++pass->pruned;
         pass->bytes_freed += before - directory_bytes(dir, options_.walk_entries_max);
       }
+      finished_bytes_.erase(job.id);
     }
   }
   // A directory two jobs share is counted once, for the first of them not cleaned.
-  if (measured->insert(dir).second) {
+  if (!measured->insert(dir).second) return Status();
+  if (finished && users.count(dir) == 1) {
+    auto it = finished_bytes_.find(job.id);
+    if (it == finished_bytes_.end())
+      it = finished_bytes_.emplace(job.id, directory_bytes(dir, options_.walk_entries_max)).first;
+    pass->checkpoint_bytes_by_team[job.team] += it->second;
+  } else {
     pass->checkpoint_bytes_by_team[job.team] += directory_bytes(dir, options_.walk_entries_max);
   }
   return Status();

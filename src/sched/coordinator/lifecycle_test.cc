@@ -124,41 +124,85 @@ TEST_F(LifecycleTest, AJobFinishedLongerThanTheKeepIsCleanedOnce) {
 }
 
 TEST_F(LifecycleTest, APassReadsEveryJobAPageAtATime) {
-  // Five jobs on three pages of two. The oldest two finished long ago; the first of them shares
-  // its directory with the newest job, which still runs (it resumed from those checkpoints):
-  // that sharing is seen across pages, and the directory stays.
-  const JobRecord shared = job("shared", "nlp", "succeeded", 2);
-  const JobRecord old = job("old", "nlp", "failed", 2);
-  const JobRecord old_too = job("old_too", "vision", "succeeded", 2);
-  job("running", "vision", "running", 1);
+  // Six jobs, on pages of one (six full pages, then an empty one) and of four (a full page and
+  // a part). The oldest three finished long ago; the first of them shares its directory with
+  // the newest job, which still runs (it resumed from those checkpoints): that sharing is seen
+  // across pages, and the directory stays.
+  for (const size_t page : {1, 4}) {
+    SCOPED_TRACE("page_jobs " + std::to_string(page));
+    Result<std::unique_ptr<StateStore>> fresh =
+        StateStore::open(dir_ + "/state-" + std::to_string(page) + ".db", &box_);
+    ASSERT_TRUE(fresh.ok()) << fresh.status().to_string();
+    store_ = std::move(fresh).value();
+    const std::string p = std::to_string(page) + "-";
+    const JobRecord shared = job(p + "shared", "nlp", "succeeded", 2);
+    const JobRecord old = job(p + "old", "nlp", "failed", 2);
+    const JobRecord old_too = job(p + "old_too", "vision", "succeeded", 2);
+    const JobRecord running = job(p + "running", "vision", "running", 1);
+    clock_.advance_ns(8 * kDayNs);
+    const JobRecord recent = job(p + "recent", "vision", "cancelled", 1);
+    JobRecord resumed = job(p + "resumed", "nlp", "running", 0);
+    resumed.spec.checkpoint_dir = shared.spec.checkpoint_dir;
+    ASSERT_TRUE(store_->update_job(resumed, {}).ok());
+    ASSERT_GT(directory_bytes(old.spec.checkpoint_dir, 1000), 0);
+
+    LifecycleOptions o;
+    o.keep_finished_ms = 7 * 24 * 3600 * 1000LL;
+    o.page_jobs = page;
+    Lifecycle lifecycle(o, store_.get(), &clock_, Logger());
+    Result<LifecyclePass> pass = lifecycle.run_once();
+    ASSERT_TRUE(pass.ok()) << pass.status().to_string();
+    // Cleaned: the three jobs that finished more than 7 days ago, the first page's included;
+    // the shared directory kept its checkpoints.
+    EXPECT_EQ(pass->cleaned, 3);
+    EXPECT_FALSE(std::filesystem::exists(old.spec.checkpoint_dir));
+    EXPECT_FALSE(std::filesystem::exists(old_too.spec.checkpoint_dir));
+    EXPECT_EQ(ckpt::list_checkpoints(shared.spec.checkpoint_dir)->size(), 2u)
+        << "job " << resumed.id << " on the last page uses it";
+    EXPECT_EQ(ckpt::list_checkpoints(recent.spec.checkpoint_dir)->size(), 1u);
+    for (const JobRecord& j : {shared, old, old_too})
+      EXPECT_EQ(store_->newest_events(j.id, "cleaned", 10)->size(), 1u) << j.id;
+    // Measured on every page, each directory once: the shared one for the job that uses it.
+    const std::map<std::string, int64_t> by_team = lifecycle.checkpoint_bytes_by_team();
+    EXPECT_EQ(by_team.at("nlp"), directory_bytes(shared.spec.checkpoint_dir, 1000));
+    EXPECT_EQ(by_team.at("vision"), directory_bytes(recent.spec.checkpoint_dir, 1000) +
+                                        directory_bytes(running.spec.checkpoint_dir, 1000));
+  }
+}
+
+TEST_F(LifecycleTest, ADirectoryInsideOrAroundAnotherJobsOneStays) {
+  // Finished long ago: "outer" (dir X), "inner" (dir Y/deep/inner), "sibling" (dir X-b, which
+  // sorts between X and X/ but is not inside X). Still running: one job inside X, one job
+  // around Y/deep/inner.
+  const JobRecord outer = job("outer", "nlp", "succeeded", 1);
+  JobRecord inner = job("inner", "nlp", "succeeded", 1);
+  const JobRecord sibling = job("outer-b", "nlp", "failed", 1);
+  inner.spec.checkpoint_dir = dir_ + "/y/deep/inner";
+  ASSERT_TRUE(store_->update_job(inner, {}).ok());
+  write_checkpoint(inner.spec.checkpoint_dir, 1);
   clock_.advance_ns(8 * kDayNs);
-  const JobRecord recent = job("recent", "vision", "cancelled", 1);
-  JobRecord resumed = job("resumed", "nlp", "running", 0);
-  resumed.spec.checkpoint_dir = shared.spec.checkpoint_dir;
-  ASSERT_TRUE(store_->update_job(resumed, {}).ok());
-  ASSERT_GT(directory_bytes(old.spec.checkpoint_dir, 1000), 0);
+  JobRecord in_outer = job("in_outer", "vision", "running", 0);
+  in_outer.spec.checkpoint_dir = outer.spec.checkpoint_dir + "/nested";
+  ASSERT_TRUE(store_->update_job(in_outer, {}).ok());
+  JobRecord around_inner = job("around_inner", "vision", "running", 0);
+  around_inner.spec.checkpoint_dir = dir_ + "/y/deep";
+  ASSERT_TRUE(store_->update_job(around_inner, {}).ok());
 
   LifecycleOptions o;
   o.keep_finished_ms = 7 * 24 * 3600 * 1000LL;
-  o.page_jobs = 2;
   Lifecycle lifecycle(o, store_.get(), &clock_, Logger());
   Result<LifecyclePass> pass = lifecycle.run_once();
   ASSERT_TRUE(pass.ok()) << pass.status().to_string();
-  // Cleaned: the three jobs that finished more than 7 days ago, the first page's included; the
-  // shared directory kept its checkpoints.
   EXPECT_EQ(pass->cleaned, 3);
-  EXPECT_FALSE(std::filesystem::exists(old.spec.checkpoint_dir));
-  EXPECT_FALSE(std::filesystem::exists(old_too.spec.checkpoint_dir));
-  EXPECT_EQ(ckpt::list_checkpoints(shared.spec.checkpoint_dir)->size(), 2u)
-      << "job " << resumed.id << " on the last page uses it";
-  EXPECT_EQ(ckpt::list_checkpoints(recent.spec.checkpoint_dir)->size(), 1u);
-  for (const JobRecord& j : {shared, old, old_too})
-    EXPECT_EQ(store_->newest_events(j.id, "cleaned", 10)->size(), 1u) << j.id;
-  // Measured on every page, each directory once: the shared one for the job that still uses it.
-  const std::map<std::string, int64_t> by_team = lifecycle.checkpoint_bytes_by_team();
-  EXPECT_EQ(by_team.at("nlp"), directory_bytes(shared.spec.checkpoint_dir, 1000));
-  EXPECT_EQ(by_team.at("vision"), directory_bytes(recent.spec.checkpoint_dir, 1000) +
-                                      directory_bytes(dir_ + "/running", 1000));
+  const auto checkpoints = [](const std::string& dir) {
+    Result<std::vector<ckpt::CheckpointInfo>> list = ckpt::list_checkpoints(dir);
+    return list.ok() ? static_cast<int>(list->size()) : -1;  // -1: the directory is gone
+  };
+  EXPECT_EQ(checkpoints(outer.spec.checkpoint_dir), 1)
+      << "job " << in_outer.id << " writes inside it";
+  EXPECT_EQ(checkpoints(inner.spec.checkpoint_dir), 1) << "job " << around_inner.id << " holds it";
+  EXPECT_FALSE(std::filesystem::exists(sibling.spec.checkpoint_dir))
+      << "a name that only starts like another job's directory is not inside it";
 }
 
 TEST_F(LifecycleTest, ZeroKeepsEverything) {
