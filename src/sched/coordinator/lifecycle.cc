@@ -190,10 +190,11 @@ Status Lifecycle::visit(const JobFacts& job, const Users& users, int64_t now,
         log_.warn("pruning a finished job's checkpoints",
                   {{"job", job.id}, {"error", removed.status().to_string()}});
       } else if (!removed->empty()) {
+        const int64_t after = directory_bytes(dir, options_.walk_entries_max);
         ++pass->pruned;
-        pass->bytes_freed += before - directory_bytes(dir, options_.walk_entries_max);
+        pass->bytes_freed += before - after;
+        finished_bytes_[job.id] = after;  // measured just now: the walk below need not repeat it
       }
-      finished_bytes_.erase(job.id);
     }
   }
   // A directory two jobs share is counted once, for the first of them not cleaned.
